@@ -1,0 +1,173 @@
+"""Bahdanau (additive) attention: ``score(q, k) = v^T tanh(W1 q + W2 k)``."""
+
+import math
+
+import keras
+from keras import ops
+
+from attention_layers.base import ScoreAttention, static_shape
+
+# Elements of the [B, chunk, Tv, units] tanh block evaluated at once; 4M float32
+# values = 16 MiB, small enough to stay in cache-friendly territory and to bound
+# peak memory whatever the sequence lengths.
+DEFAULT_BLOCK_ELEMENTS = 1 << 22
+
+
+def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
+    """Additive scores ``s[b,i,j] = sum_u v[u] tanh(q[b,i,u] + k[b,j,u] + bias[u])``.
+
+    The naive form materialises a ``[B, Tq, Tv, units]`` tensor (what
+    ``keras.layers.AdditiveAttention`` does). This evaluates it in blocks of
+    query rows so that at most about ``block_elements`` values of the tanh are
+    alive at once; the result is identical. Keras has no fused op for this, hence
+    our own loop.
+
+    Args:
+        query_proj: ``[B, Tq, U]``, the projected queries ``W1 q``.
+        key_proj: ``[B, Tv, U]``, the projected keys ``W2 k``.
+        v: ``[U]``, the scoring vector.
+        bias: optional ``[U]`` bias inside the tanh.
+        block_elements: budget of tanh elements per block (``None``: default).
+
+    Returns:
+        ``[B, Tq, Tv]`` scores in the inputs' dtype.
+
+    Example:
+
+    >>> import numpy as np
+    >>> s = additive_scores(np.ones((1, 2, 3), "float32"),
+    ...                     np.zeros((1, 4, 3), "float32"), np.ones(3, "float32"))
+    >>> tuple(s.shape), round(float(s[0, 0, 0]), 4)  # 3 * tanh(1)
+    ((1, 2, 4), 2.2848)
+    """
+    if bias is not None:
+        key_proj = key_proj + bias
+    key_proj = ops.expand_dims(key_proj, 1)  # [B, 1, Tv, U]
+    v = ops.cast(v, query_proj.dtype)
+
+    def block(q):  # q: [B, c, U] -> [B, c, Tv]
+        return ops.einsum("bqvu,u->bqv", ops.tanh(ops.expand_dims(q, 2) + key_proj), v)
+
+    budget = block_elements or DEFAULT_BLOCK_ELEMENTS
+    b, tq, _ = static_shape(query_proj.shape)
+    tv, units = static_shape(key_proj.shape)[2:]
+    if None in (tq, tv, units):
+        # Dynamic lengths (a traced serving signature): the block size cannot
+        # be planned at trace time, evaluate in one piece.
+        return block(query_proj)
+    per_row = (b or 1) * tv * units
+    chunk = max(1, budget // per_row)
+    if chunk >= tq:
+        return block(query_proj)
+    pieces = [block(query_proj[:, i : i + chunk]) for i in range(0, tq, chunk)]
+    return ops.concatenate(pieces, axis=1)
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class BahdanauAttention(ScoreAttention):
+    """Additive attention of Bahdanau et al. (2015), with learned ``W1``, ``W2``, ``v``.
+
+    ``e_ij = v^T tanh(W1 s_i + W2 h_j)``, ``a_ij = softmax_j(e_ij)``,
+    ``c_i = sum_j a_ij h_j``, where ``s_i`` is the decoder state (query) and
+    ``h_j`` the encoder states (keys and values). Unlike
+    ``keras.layers.AdditiveAttention`` this has the projections of the paper and
+    never materialises the whole ``[B, Tq, Tv, units]`` tanh tensor.
+
+    With ``normalize=True`` the scoring vector is weight-normalised
+    (Salimans & Kingma 2016): ``v = g v' / ||v'||`` with a learned scalar ``g``
+    and a bias ``b`` inside the tanh, which trains more stably.
+
+    Args:
+        units: size of the hidden layer of the score (the columns of W1 and W2).
+        normalize: use the weight-normalised score.
+        block_elements: memory budget (tanh elements) of one block of queries;
+            ``None`` uses a 4M-element default.
+        kernel_initializer: initializer of ``W1``, ``W2`` and ``v``.
+        dropout: fraction of attention weights dropped in training.
+        seed: dropout seed.
+        **kwargs: base layer arguments (``name``, ``dtype``).
+
+    Call arguments and returns: those of `ScoreAttention`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = BahdanauAttention(units=8)
+    >>> query = np.random.rand(2, 3, 4).astype("float32")   # 3 decoder steps
+    >>> value = np.random.rand(2, 5, 6).astype("float32")   # 5 encoder states
+    >>> context, weights = layer(query, value, return_attention_scores=True)
+    >>> tuple(context.shape), tuple(weights.shape)
+    ((2, 3, 6), (2, 3, 5))
+
+    References:
+        Bahdanau, Cho, Bengio. Neural Machine Translation by Jointly Learning to
+        Align and Translate. ICLR 2015. https://arxiv.org/abs/1409.0473
+    """
+
+    def __init__(
+        self,
+        units,
+        normalize=False,
+        block_elements=None,
+        kernel_initializer="glorot_uniform",
+        dropout=0.0,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(dropout=dropout, seed=seed, **kwargs)
+        if not isinstance(units, int) or units <= 0:
+            raise self._error("units", "a positive integer", repr(units))
+        self.units = units
+        self.normalize = normalize
+        self.block_elements = block_elements
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def build_score(self, query_shape, key_shape):
+        self.query_dense = keras.layers.Dense(
+            self.units,
+            use_bias=False,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="W1",
+        )
+        self.key_dense = keras.layers.Dense(
+            self.units,
+            use_bias=False,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="W2",
+        )
+        self.query_dense.build(query_shape)
+        self.key_dense.build(key_shape)
+        self.v = self.add_weight(
+            name="v", shape=(self.units,), initializer=self.kernel_initializer
+        )
+        if self.normalize:
+            self.g = self.add_weight(
+                name="g",
+                shape=(),
+                initializer=keras.initializers.Constant(math.sqrt(1.0 / self.units)),
+            )
+            self.b = self.add_weight(name="b", shape=(self.units,), initializer="zeros")
+
+    def score(self, query, key):
+        v, bias = self.v, None
+        if self.normalize:
+            v = self.g * v / ops.sqrt(ops.sum(ops.square(v)))
+            bias = ops.cast(self.b, self.compute_dtype)
+        return additive_scores(
+            self.query_dense(query),
+            self.key_dense(key),
+            v,
+            bias=bias,
+            block_elements=self.block_elements,
+        )
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "normalize": self.normalize,
+            "block_elements": self.block_elements,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

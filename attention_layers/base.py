@@ -1,0 +1,245 @@
+"""The call contract shared by every score-based attention layer.
+
+A score-based layer compares each query with every key, turns the scores into
+weights with a masked softmax, and returns the weighted sum of the values. Only
+the score function differs between Bahdanau, Luong and scaled dot-product
+attention, so subclasses implement ``build_score`` and ``score``; everything
+else (validation, masks, dtype handling, dropout, single-step queries) lives
+here once.
+"""
+
+import keras
+from keras import ops
+
+from attention_layers import masking
+
+_RANK3 = "a rank-3 tensor [batch, length, dim]"
+
+
+def static_shape(shape):
+    """``shape`` as a tuple of ints, with ``None`` for every unknown dimension.
+
+    JAX traces with symbolic dimensions that cannot be compared; they count as
+    unknown here, like TensorFlow's ``None``.
+    """
+    return tuple(d if isinstance(d, int) else None for d in shape)
+
+
+def input_error(layer, argument, expected, received):
+    """The ``ValueError`` every layer raises for bad input, in one format."""
+    return ValueError(
+        f"{layer.__class__.__name__} (name={layer.name!r}): argument "
+        f"`{argument}` expected {expected}; received {received}."
+    )
+
+
+def check_float(layer, argument, x):
+    """Raise ``input_error`` unless ``x`` has a floating-point dtype."""
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    if "float" not in dtype:
+        raise input_error(layer, argument, "a floating-point tensor", f"dtype {dtype}")
+
+
+def check_mask_shape(layer, argument, mask, expected_shape):
+    """Raise ``input_error`` unless ``mask`` matches ``expected_shape`` (None: any)."""
+    if mask is None:
+        return
+    shape = static_shape(mask.shape)
+    ok = len(shape) == len(expected_shape) and all(
+        a is None or b is None or a == b
+        for a, b in zip(shape, expected_shape, strict=True)
+    )
+    if not ok:
+        raise input_error(
+            layer, argument, f"shape {tuple(expected_shape)}", f"shape {shape}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class ScoreAttention(keras.layers.Layer):
+    """Base class of attention layers defined by a score function.
+
+    Subclass it and implement ``build_score(query_shape, key_shape)`` (create
+    weights) and ``score(query, key)`` (return ``[B, Tq, Tv]`` scores). The call
+    signature follows ``keras.layers.MultiHeadAttention``, so Keras fills
+    ``query_mask`` and ``value_mask`` from an ``Embedding(mask_zero=True)``.
+
+    Args:
+        dropout: fraction of attention weights dropped during training.
+        seed: seed of the dropout.
+        **kwargs: standard ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Call arguments:
+        query: ``[B, Tq, Dq]`` (all decoder steps) or ``[B, Dq]`` (one step).
+        value: ``[B, Tv, Dv]``, the memory to attend over.
+        key: ``[B, Tv, Dk]``, defaults to ``value``.
+        query_mask: ``[B, Tq]`` (``[B]`` for a rank-2 query), True where the
+            query position exists.
+        value_mask: ``[B, Tv]``, True where the memory position may be attended.
+        attention_mask: ``[B, Tq, Tv]`` (``[B, Tv]`` for a rank-2 query).
+        return_attention_scores: also return the attention weights.
+        training: whether dropout is active.
+        use_causal_mask: query ``i`` attends only to positions ``j <= i``.
+
+    Returns:
+        ``context`` ``[B, Tq, Dv]`` (``[B, Dv]`` for a rank-2 query), and with
+        ``return_attention_scores=True`` the tuple ``(context, weights)`` with
+        ``weights`` ``[B, Tq, Tv]`` (``[B, Tv]``), which sum to 1 over unmasked
+        positions and are 0 on a fully masked row.
+    """
+
+    def __init__(self, dropout=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = dropout
+        self.seed = seed
+        self.supports_masking = True
+        if not 0.0 <= float(dropout) < 1.0:
+            raise self._error("dropout", "a float in [0, 1)", repr(dropout))
+
+    # -- subclass hooks ---------------------------------------------------
+    def build_score(self, query_shape, key_shape):
+        """Create the score function's weights."""
+
+    def score(self, query, key):
+        """Return scores ``[B, Tq, Tv]`` for ``query`` ``[B, Tq, Dq]``, ``key``."""
+        raise NotImplementedError
+
+    def check_score_shapes(self, query_shape, key_shape):
+        """Raise a ``ValueError`` if the score function cannot take these shapes."""
+
+    # -- helpers for subclasses -------------------------------------------
+    def _error(self, argument, expected, received):
+        return input_error(self, argument, expected, received)
+
+    def _score_dtype(self):
+        """Dtype for products of unbounded activations: float32 under float16.
+
+        ``q . k`` overflows float16 (max 65504) at a few hundred times unit
+        scale, so score products are taken in float32 there; bfloat16 has the
+        float32 range and keeps its own dtype.
+        """
+        return "float32" if self.compute_dtype == "float16" else self.compute_dtype
+
+    # -- Keras plumbing -----------------------------------------------------
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        self._check_shapes(query_shape, value_shape, key_shape)
+        query_shape = tuple(query_shape)
+        if len(query_shape) == 2:
+            query_shape = (query_shape[0], 1, query_shape[1])
+        self.build_score(query_shape, tuple(key_shape))
+        if self.dropout:
+            self._dropout_layer = keras.layers.Dropout(
+                self.dropout, seed=self.seed, dtype=self.dtype_policy
+            )
+
+    def _check_shapes(self, query_shape, value_shape, key_shape):
+        query_shape, value_shape = static_shape(query_shape), static_shape(value_shape)
+        key_shape = static_shape(key_shape)
+        if len(query_shape) not in (2, 3):
+            raise self._error(
+                "query",
+                "a rank-3 tensor [batch, query_length, dim] or a rank-2 tensor "
+                "[batch, dim] (one decoder step)",
+                f"shape {query_shape}",
+            )
+        if len(value_shape) != 3:
+            raise self._error("value", _RANK3, f"shape {value_shape}")
+        if len(key_shape) != 3:
+            raise self._error("key", _RANK3, f"shape {key_shape}")
+        batches = {s[0] for s in (query_shape, value_shape, key_shape)} - {None}
+        if len(batches) > 1:
+            raise self._error(
+                "value",
+                "the same batch size as query and key",
+                f"batch sizes query={query_shape[0]}, value={value_shape[0]}, "
+                f"key={key_shape[0]}",
+            )
+        if (
+            None not in (key_shape[1], value_shape[1])
+            and key_shape[1] != value_shape[1]
+        ):
+            raise self._error(
+                "key",
+                f"the same length as value ({value_shape[1]})",
+                f"length {key_shape[1]} (shape {key_shape})",
+            )
+        q3 = (
+            query_shape
+            if len(query_shape) == 3
+            else query_shape[:1] + (1,) + query_shape[1:]
+        )
+        self.check_score_shapes(q3, key_shape)
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+    ):
+        if key is None:
+            key = value
+        self._check_shapes(query.shape, value.shape, key.shape)
+        for name, x in (("query", query), ("value", value), ("key", key)):
+            check_float(self, name, x)
+        single_step = len(query.shape) == 2
+        batch, tv = static_shape(value.shape)[:2]
+        tq = None if single_step else static_shape(query.shape)[1]
+        if single_step:
+            if use_causal_mask:
+                raise self._error(
+                    "use_causal_mask",
+                    "False for a rank-2 (single step) query, whose position is "
+                    "unknown; pass a rank-3 query or an attention_mask",
+                    "True",
+                )
+            check_mask_shape(self, "query_mask", query_mask, (batch,))
+            check_mask_shape(self, "attention_mask", attention_mask, (batch, tv))
+            query = ops.expand_dims(query, 1)
+            if query_mask is not None:
+                query_mask = ops.expand_dims(query_mask, 1)
+            if attention_mask is not None:
+                attention_mask = ops.expand_dims(attention_mask, 1)
+        else:
+            check_mask_shape(self, "query_mask", query_mask, (batch, tq))
+            check_mask_shape(self, "attention_mask", attention_mask, (batch, tq, tv))
+        check_mask_shape(self, "value_mask", value_mask, (batch, tv))
+
+        # Scrub padding so that NaN/inf stored there cannot leak into outputs.
+        query = masking.zero_masked(query, query_mask)
+        key = masking.zero_masked(key, value_mask)
+        value = masking.zero_masked(value, value_mask)
+
+        mask = masking.merge_masks(
+            query_mask,
+            value_mask,
+            attention_mask,
+            use_causal_mask,
+            query_length=ops.shape(query)[1],
+            value_length=ops.shape(value)[1],
+        )
+        weights = masking.masked_softmax(self.score(query, key), mask)
+        weights = ops.cast(weights, self.compute_dtype)
+        dropped = weights
+        if self.dropout:
+            dropped = self._dropout_layer(weights, training=training)
+        context = ops.matmul(dropped, ops.cast(value, self.compute_dtype))
+        if single_step:
+            context = ops.squeeze(context, 1)
+            weights = ops.squeeze(weights, 1)
+        if return_attention_scores:
+            return context, weights
+        return context
+
+    def compute_mask(self, query, previous_mask=None):
+        # The output has the query's time steps, hence the query's mask.
+        return previous_mask
+
+    def get_config(self):
+        return {**super().get_config(), "dropout": self.dropout, "seed": self.seed}

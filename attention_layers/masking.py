@@ -1,0 +1,116 @@
+"""Mask merging and the masked softmax shared by every attention layer.
+
+The mask contract (see docs/masking.md):
+
+* ``True`` (or non-zero) means "may attend", ``False`` means "masked out".
+* Scores are masked and normalised in float32, whatever the compute dtype, so the
+  fill value never overflows float16 and the softmax never loses precision.
+* A row whose every position is masked gets zero weights (hence a zero context),
+  never the uniform distribution and never NaN.
+"""
+
+from keras import ops
+
+# Large enough to zero a position after ``exp``, small enough to stay finite in
+# float32 arithmetic (``fill - max`` never overflows).
+MASK_FILL = -1e9
+
+
+def as_bool(mask):
+    """Return ``mask`` as a boolean tensor (``None`` stays ``None``)."""
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    if mask.dtype == "bool":
+        return mask
+    return ops.not_equal(mask, 0)
+
+
+def causal_mask(query_length, value_length):
+    """Lower-triangular ``[Tq, Tv]`` mask: query ``i`` sees values ``j <= i``.
+
+    When ``Tq < Tv`` the queries are taken to be the last ``Tq`` positions, the
+    convention of ``keras.layers.MultiHeadAttention`` for cached decoding.
+    """
+    row = ops.expand_dims(ops.arange(query_length), 1) + (value_length - query_length)
+    col = ops.expand_dims(ops.arange(value_length), 0)
+    return ops.greater_equal(row, col)
+
+
+def merge_masks(
+    query_mask=None,
+    value_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+    query_length=None,
+    value_length=None,
+):
+    """Combine the mask sources into one boolean ``[B, Tq, Tv]`` mask, or ``None``.
+
+    Args:
+        query_mask: ``[B, Tq]``, positions of the query that exist.
+        value_mask: ``[B, Tv]``, positions of the memory that may be attended.
+        attention_mask: ``[B, Tq, Tv]``, an explicit pairwise mask.
+        use_causal_mask: add the lower-triangular mask.
+        query_length, value_length: ``Tq`` and ``Tv`` (needed for the causal mask).
+
+    Example:
+
+    >>> import numpy as np
+    >>> m = merge_masks(value_mask=np.array([[1, 1, 0]]), query_length=2,
+    ...                 value_length=3)
+    >>> np.asarray(m).astype(int).tolist()
+    [[[1, 1, 0], [1, 1, 0]]]
+    """
+    mask = None
+
+    def _and(a, b):
+        return b if a is None else ops.logical_and(a, b)
+
+    if query_mask is not None:
+        mask = _and(mask, ops.expand_dims(as_bool(query_mask), -1))
+    if value_mask is not None:
+        mask = _and(mask, ops.expand_dims(as_bool(value_mask), -2))
+    if attention_mask is not None:
+        mask = _and(mask, as_bool(attention_mask))
+    if use_causal_mask:
+        mask = _and(mask, ops.expand_dims(causal_mask(query_length, value_length), 0))
+    if mask is not None and value_length is not None:
+        # Broadcast [B, Tq, 1] or [B, 1, Tv] pieces to the full [B, Tq, Tv].
+        shape = ops.shape(mask)
+        mask = ops.broadcast_to(mask, (shape[0], query_length, value_length))
+    return mask
+
+
+def masked_softmax(scores, mask=None, axis=-1):
+    """Softmax over ``axis`` in float32, zero where ``mask`` is False.
+
+    Fully masked rows give all-zero weights. NaN or inf in masked positions of
+    ``scores`` never reach the result.
+
+    Example:
+
+    >>> import numpy as np
+    >>> w = masked_softmax(np.zeros((1, 2, 3), "float32"),
+    ...                    np.array([[[1, 1, 0], [0, 0, 0]]], bool))
+    >>> np.round(np.asarray(w), 2).tolist()
+    [[[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]]]
+    """
+    scores = ops.cast(scores, "float32")
+    if mask is None:
+        return ops.softmax(scores, axis=axis)
+    mask = as_bool(mask)
+    scores = ops.where(mask, scores, MASK_FILL)
+    weights = ops.softmax(scores, axis=axis)
+    return ops.where(mask, weights, 0.0)
+
+
+def zero_masked(x, mask):
+    """Zero the time steps of ``x`` ``[B, T, D]`` where ``mask`` ``[B, T]`` is False.
+
+    Used on values and keys so that NaN or inf stored under padding cannot leak
+    through ``weights @ values`` (``0 * NaN`` is NaN).
+    """
+    if mask is None:
+        return x
+    return ops.where(ops.expand_dims(as_bool(mask), -1), x, ops.zeros_like(x))

@@ -1,0 +1,35 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="attention-layers",
+    version="0.1.0",
+    description="Keras 3 attention layers: Bahdanau, Luong, dot-product, pooling.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["attention_layers", "attention_layers.*"]),
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "keras>=3.15",
+        "tensorflow-text>=2.21,<2.22",
+        "numpy",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=8",
+            "pytest-xdist",
+            "ruff",
+            "jax[cpu]",
+            "matplotlib",
+            "babel",
+        ],
+        "demo": ["matplotlib", "babel"],
+        "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],
+    },
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

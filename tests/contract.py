@@ -1,0 +1,399 @@
+"""The layer contract, as checks that every public layer must pass.
+
+Written against Keras's public API only. A ``Case`` describes how to build a
+layer and feed it; each ``check_*`` function takes a case and fails loudly
+when the layer breaks one clause of the contract (docs/masking.md and
+DESIGN.md). ``tests/test_contract.py`` runs every check on every case.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import keras
+import numpy as np
+
+BATCH = 3
+
+
+@dataclass
+class Case:
+    """One public layer configuration and the shapes it is fed.
+
+    ``kind`` is ``"score"`` for the query/value layers (masks ``query_mask``,
+    ``value_mask``) and ``"pool"`` for single-sequence layers (mask ``mask``).
+    """
+
+    id: str
+    factory: Callable[..., keras.layers.Layer]
+    query_dim: int = 4
+    value_dim: int = 6
+    query_length: int = 4
+    value_length: int = 5
+    kind: str = "score"
+    bad_ctor: list = field(default_factory=list)  # kwargs that must raise
+
+    def make(self, **kwargs):
+        return self.factory(**kwargs)
+
+    # -- inputs -----------------------------------------------------------
+    def arrays(self, seed=0, scale=1.0):
+        rng = np.random.default_rng(seed)
+        value = rng.normal(size=(BATCH, self.value_length, self.value_dim))
+        if self.kind == "pool":
+            return {"inputs": (scale * value).astype("float32")}
+        query = rng.normal(size=(BATCH, self.query_length, self.query_dim))
+        return {
+            "query": (scale * query).astype("float32"),
+            "value": (scale * value).astype("float32"),
+        }
+
+    def masks(self):
+        """Masks with padding at the end and one fully masked batch row (row 0)."""
+        value_mask = np.ones((BATCH, self.value_length), bool)
+        value_mask[0, :] = False
+        value_mask[1, -2:] = False
+        if self.kind == "pool":
+            return {"mask": value_mask}
+        query_mask = np.ones((BATCH, self.query_length), bool)
+        query_mask[2, -1] = False
+        return {"query_mask": query_mask, "value_mask": value_mask}
+
+    def call(self, layer, arrays, masks=None, **kwargs):
+        return layer(**arrays, **(masks or {}), **kwargs)
+
+    def outputs(self, layer, arrays, masks=None, **kwargs):
+        """``(output, weights)`` as numpy arrays."""
+        out, weights = self.call(
+            layer, arrays, masks, return_attention_scores=True, **kwargs
+        )
+        return keras.ops.convert_to_numpy(out), keras.ops.convert_to_numpy(weights)
+
+    def functional_model(self, layer, with_masks=True):
+        """A model with named inputs and named outputs ``output``, ``weights``."""
+        arrays = self.arrays()
+        inputs = {
+            k: keras.Input(shape=v.shape[1:], name=k, dtype="float32")
+            for k, v in arrays.items()
+        }
+        masks = {}
+        if with_masks:
+            masks = {
+                k: keras.Input(shape=v.shape[1:], name=k, dtype="bool")
+                for k, v in self.masks().items()
+            }
+        out, weights = self.call(layer, inputs, masks, return_attention_scores=True)
+        return keras.Model({**inputs, **masks}, {"output": out, "weights": weights})
+
+    def feed(self, with_masks=True):
+        return {**self.arrays(), **(self.masks() if with_masks else {})}
+
+
+def built(case, **kwargs):
+    layer = case.make(**kwargs)
+    case.call(layer, case.arrays())
+    return layer
+
+
+def copy_weights(src, dst):
+    dst.set_weights(src.get_weights())
+
+
+# -- 1. config round trip ----------------------------------------------------
+def check_config(case):
+    layer = built(case)
+    config = layer.get_config()
+    clone = layer.__class__.from_config(config)
+    assert clone.get_config() == config
+    case.call(clone, case.arrays())
+    copy_weights(layer, clone)
+    a = case.outputs(layer, case.arrays(), case.masks())
+    b = case.outputs(clone, case.arrays(), case.masks())
+    np.testing.assert_array_equal(a[0], b[0])
+    serialized = json.loads(json.dumps(keras.saving.serialize_keras_object(layer)))
+    restored = keras.saving.deserialize_keras_object(serialized)
+    assert type(restored) is type(layer)
+    assert restored.get_config() == config
+
+
+# -- 2. .keras save and load ------------------------------------------------
+def check_keras_file(case, tmp_path):
+    model = case.functional_model(case.make())
+    feed = case.feed()
+    expected = model.predict(feed, verbose=0)
+    path = os.path.join(tmp_path, f"{case.id}.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)  # no custom_objects
+    got = loaded.predict(feed, verbose=0)
+    for name in ("output", "weights"):
+        np.testing.assert_array_equal(expected[name], got[name])
+
+
+# -- 3. SavedModel loaded where the library cannot be imported -----------------
+_LOAD_WITHOUT_LIBRARY = textwrap.dedent(
+    """
+    import sys
+    sys.modules["attention_layers"] = None  # any import of it now fails
+    import numpy as np
+    import tensorflow as tf
+    try:
+        import attention_layers  # noqa: F401
+        sys.exit("attention_layers was importable")
+    except ImportError:
+        pass
+    export_dir, feed_path, out_path = sys.argv[1:4]
+    fn = tf.saved_model.load(export_dir).signatures["serving_default"]
+    feed = dict(np.load(feed_path))
+    out = fn(**{k: tf.constant(v) for k, v in feed.items()})
+    np.savez(out_path, **{k: v.numpy() for k, v in out.items()})
+    """
+)
+
+
+def export_saved_model(model, feed, path):
+    """Export ``model`` with named inputs (``feed``'s keys) and named outputs."""
+    import tensorflow as tf
+
+    names = list(feed)
+    specs = [
+        tf.TensorSpec((None,) + feed[n].shape[1:], tf.as_dtype(feed[n].dtype), name=n)
+        for n in names
+    ]
+
+    def serve(*args):
+        return model(dict(zip(names, args, strict=True)), training=False)
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(name="serving_default", fn=serve, input_signature=specs)
+    archive.write_out(path, verbose=False)
+
+
+def run_without_library(export_dir, feed, tmp_path):
+    feed_path = os.path.join(tmp_path, "feed.npz")
+    out_path = os.path.join(tmp_path, "out.npz")
+    np.savez(feed_path, **feed)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOAD_WITHOUT_LIBRARY, export_dir, feed_path, out_path],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(np.load(out_path))
+
+
+def check_saved_model(case, tmp_path):
+    model = case.functional_model(case.make())
+    feed = case.feed()
+    expected = model.predict(feed, verbose=0)
+    export_dir = os.path.join(tmp_path, "export")
+    export_saved_model(model, feed, export_dir)
+    got = run_without_library(export_dir, feed, tmp_path)
+    assert set(got) == {"output", "weights"}
+    for name in ("output", "weights"):
+        np.testing.assert_allclose(expected[name], got[name], rtol=1e-5, atol=1e-6)
+
+
+# -- 4. masks ------------------------------------------------------------------
+def check_implicit_mask(case):
+    """A mask from ``Embedding(mask_zero=True)`` equals the same explicit mask."""
+    masks = case.masks()
+    layer = built(case)
+    implicit_inputs, explicit_inputs = {}, {}
+    for name, array in case.arrays().items():
+        mask = masks["mask" if case.kind == "pool" else f"{name}_mask"]
+        ids = np.where(mask, np.arange(1, mask.shape[1] + 1)[None, :], 0)
+        emb = keras.layers.Embedding(mask.shape[1] + 1, array.shape[-1], mask_zero=True)
+        implicit_inputs[name] = emb(ids)
+        explicit_inputs[name] = keras.ops.convert_to_numpy(implicit_inputs[name])
+    implicit = case.outputs(layer, implicit_inputs)
+    explicit = case.outputs(layer, explicit_inputs, masks)
+    unmasked = case.outputs(layer, explicit_inputs)
+    np.testing.assert_array_equal(implicit[1], explicit[1])
+    np.testing.assert_array_equal(implicit[0], explicit[0])
+    assert not np.array_equal(unmasked[1], explicit[1]), "the mask had no effect"
+
+
+def check_fully_masked_row(case):
+    layer = built(case)
+    out, weights = case.outputs(layer, case.arrays(), case.masks())
+    assert np.isfinite(out).all() and np.isfinite(weights).all()
+    np.testing.assert_array_equal(weights[0], 0.0)  # row 0: every value masked
+    np.testing.assert_array_equal(out[0], 0.0)
+    value_mask = case.masks()["mask" if case.kind == "pool" else "value_mask"]
+    # Unmasked rows sum to one, and masked positions get no weight.
+    np.testing.assert_allclose(weights[1].sum(-1), 1.0, rtol=1e-5)
+    assert (weights[1][..., ~value_mask[1]] == 0).all()
+
+
+def check_nan_in_masked_positions(case):
+    layer = built(case)
+    masks = case.masks()
+    clean = case.arrays()
+    dirty = {k: v.copy() for k, v in clean.items()}
+    for name in dirty:
+        mask = masks["mask" if case.kind == "pool" else f"{name}_mask"]
+        dirty[name][~mask] = np.nan
+    a = case.outputs(layer, clean, masks)
+    b = case.outputs(layer, dirty, masks)
+    assert np.isfinite(b[0]).all() and np.isfinite(b[1]).all()
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def check_causal(case):
+    """Perturbing the last value position leaves every earlier query untouched."""
+    layer = built(case)
+    arrays = case.arrays()
+    perturbed = {k: v.copy() for k, v in arrays.items()}
+    perturbed["value"][:, -1] += 10.0
+    a = case.outputs(layer, arrays, use_causal_mask=True)
+    b = case.outputs(layer, perturbed, use_causal_mask=True)
+    # With Tq <= Tv the queries are the last Tq positions: only the last query
+    # sees the last value.
+    np.testing.assert_array_equal(a[0][:, :-1], b[0][:, :-1])
+    np.testing.assert_array_equal(a[1][:, :-1], b[1][:, :-1])
+    assert not np.array_equal(a[0][:, -1], b[0][:, -1]), "last query ignored value"
+    upper = np.triu(
+        np.ones((case.query_length, case.value_length)),
+        1 + (case.value_length - case.query_length),
+    )
+    assert (a[1][:, upper.astype(bool)] == 0).all()
+
+
+# -- 5. mixed precision --------------------------------------------------------
+def check_mixed_precision(case, policy):
+    compute = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
+    reference = built(case)
+    layer = built(case, dtype=policy)
+    copy_weights(reference, layer)
+    for w in layer.weights:
+        assert w.dtype == "float32", f"{w.path} is {w.dtype}"
+    arrays, masks = case.arrays(), case.masks()
+    out, weights = case.call(layer, arrays, masks, return_attention_scores=True)
+    dtypes = {keras.backend.standardize_dtype(t.dtype) for t in (out, weights)}
+    assert dtypes == {compute}, dtypes
+    want = case.outputs(reference, arrays, masks)
+    tol = 2e-2 if compute == "float16" else 6e-2
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")),
+        want[0],
+        rtol=tol,
+        atol=tol,
+    )
+    # 300x unit scale: no overflow before the softmax.
+    big = case.arrays(scale=300.0)
+    out, weights = case.outputs(layer, big, masks)
+    out = out.astype("float32")
+    assert np.isfinite(out).all(), f"overflow under {policy}"
+    assert np.isfinite(weights.astype("float32")).all()
+    np.testing.assert_allclose(weights[1].astype("float32").sum(-1), 1.0, atol=2e-2)
+
+
+# -- 6. XLA training step and tf.distribute -------------------------------------
+def _trainable_model(case, layer, mask_dtype="bool"):
+    arrays = case.arrays()
+    masks = {k: v.astype(mask_dtype) for k, v in case.masks().items()}
+    inputs = {k: keras.Input(shape=v.shape[1:], name=k) for k, v in arrays.items()}
+    mask_inputs = {
+        k: keras.Input(shape=v.shape[1:], name=k, dtype=mask_dtype)
+        for k, v in masks.items()
+    }
+    out = case.call(layer, inputs, mask_inputs)
+    out = keras.layers.Dense(1)(out)
+    model = keras.Model({**inputs, **mask_inputs}, out)
+    feed = {**arrays, **masks}
+    target = np.ones((BATCH,) + tuple(model.output.shape[1:]), "float32")
+    return model, feed, target
+
+
+def check_jit_training(case):
+    layer = case.make()
+    model, feed, target = _trainable_model(case, layer)
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    before = [keras.ops.convert_to_numpy(w) for w in layer.trainable_weights]
+    history = model.fit(feed, target, batch_size=BATCH, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    after = [keras.ops.convert_to_numpy(w) for w in layer.trainable_weights]
+    if before:
+        assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@functools.cache
+def two_device_strategy():
+    """One MirroredStrategy per process: a second instance reuses collective
+    instance keys and its all-reduce aborts with a shape mismatch."""
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def check_mirrored_strategy(case):
+    strategy = two_device_strategy()
+    assert strategy.num_replicas_in_sync == 2
+    with strategy.scope():
+        layer = case.make()
+        # Integer masks: Keras 3.15 fails to distribute boolean numpy inputs
+        # (an AddN over bool), with keras.layers.Attention as well.
+        model, feed, target = _trainable_model(case, layer, mask_dtype="int32")
+        model.compile(optimizer="adam", loss="mse")
+    # Batch 4 over 2 replicas: 2 examples each (repeat to 4 rows).
+    feed = {k: np.concatenate([v, v[:1]]) for k, v in feed.items()}
+    target = np.concatenate([target, target[:1]])
+    history = model.fit(feed, target, batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+# -- 8. bad input -----------------------------------------------------------------
+def assert_clear_error(layer_cls, argument, fn):
+    """``fn`` raises a ValueError naming the layer, the argument, expected, received."""
+    try:
+        fn()
+    except ValueError as e:
+        msg = str(e)
+    else:
+        raise AssertionError(f"no ValueError for bad `{argument}`")
+    for part in (layer_cls.__name__, f"`{argument}`", "expected", "received"):
+        assert part in msg, f"{part!r} missing from: {msg}"
+
+
+def check_bad_input(case):
+    cls = case.make().__class__
+    arrays, masks = case.arrays(), case.masks()
+    first = next(iter(arrays))
+
+    def call_with(**changes):
+        layer = case.make()
+        kwargs = {**arrays, **changes}
+        return lambda: layer(**kwargs)
+
+    # Wrong rank.
+    assert_clear_error(cls, first, call_with(**{first: arrays[first][0, 0]}))
+    # Integer tensors.
+    assert_clear_error(cls, first, call_with(**{first: arrays[first].astype("int32")}))
+    if case.kind == "score":
+        assert_clear_error(cls, "value", call_with(value=arrays["value"][0]))
+        assert_clear_error(cls, "value", call_with(value=arrays["value"][:2]))
+        assert_clear_error(cls, "key", call_with(key=arrays["value"][:, :-1]))
+        assert_clear_error(
+            cls, "value_mask", call_with(value_mask=masks["value_mask"][:, :-1])
+        )
+        assert_clear_error(
+            cls, "query_mask", call_with(query_mask=masks["query_mask"][:, None])
+        )
+    else:
+        assert_clear_error(cls, "mask", call_with(mask=masks["mask"][:, :-1]))
+    for kwargs, argument in case.bad_ctor:
+        assert_clear_error(cls, argument, lambda kw=kwargs: case.make(**kw))
