@@ -8,6 +8,8 @@ else (validation, masks, dtype handling, dropout, single-step queries) lives
 here once.
 """
 
+from typing import NamedTuple
+
 import keras
 from keras import ops
 
@@ -53,6 +55,17 @@ def check_mask_shape(layer, argument, mask, expected_shape):
         raise input_error(
             layer, argument, f"shape {tuple(expected_shape)}", f"shape {shape}"
         )
+
+
+class AttentionInputs(NamedTuple):
+    """The validated, rank-3 inputs of one attention call."""
+
+    query: object  # [B, Tq, Dq], padding zeroed
+    value: object  # [B, Tv, Dv], padding zeroed
+    key: object  # [B, Tv, Dk], padding zeroed
+    mask: object  # bool [B, Tq, Tv] or None: every mask source merged
+    value_mask: object  # [B, Tv] or None, as given
+    single_step: bool  # the query was rank 2
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -183,6 +196,20 @@ class ScoreAttention(keras.layers.Layer):
         training=None,
         use_causal_mask=False,
     ):
+        inputs = self.prepare_inputs(
+            query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
+        )
+        context, weights = self.attend(inputs, training=training)
+        return self.finish(inputs, context, weights, return_attention_scores)
+
+    def prepare_inputs(
+        self, query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
+    ):
+        """Validate, lift a rank-2 query to one step, scrub padding, merge masks.
+
+        Returns an ``AttentionInputs`` whose tensors are all rank 3 and whose
+        ``mask`` is the merged boolean ``[B, Tq, Tv]`` mask (or ``None``).
+        """
         if key is None:
             key = value
         self._check_shapes(query.shape, value.shape, key.shape)
@@ -215,7 +242,6 @@ class ScoreAttention(keras.layers.Layer):
         query = masking.zero_masked(query, query_mask)
         key = masking.zero_masked(key, value_mask)
         value = masking.zero_masked(value, value_mask)
-
         mask = masking.merge_masks(
             query_mask,
             value_mask,
@@ -224,13 +250,29 @@ class ScoreAttention(keras.layers.Layer):
             query_length=ops.shape(query)[1],
             value_length=ops.shape(value)[1],
         )
-        weights = masking.masked_softmax(self.score(query, key), mask)
+        return AttentionInputs(query, value, key, mask, value_mask, single_step)
+
+    def attend(self, inputs, training=None):
+        """Return ``(context [B, Tq, Dv], weights [B, Tq, Tv])`` in the compute dtype.
+
+        The default is the global soft attention of every score function;
+        layers that attend differently (local windows, hard samples) override it.
+        """
+        weights = masking.masked_softmax(
+            self.score(inputs.query, inputs.key), inputs.mask
+        )
         weights = ops.cast(weights, self.compute_dtype)
-        dropped = weights
+        return self.weighted_sum(weights, inputs.value, training), weights
+
+    def weighted_sum(self, weights, value, training=None):
+        """``dropout(weights) @ value``."""
         if self.dropout:
-            dropped = self._dropout_layer(weights, training=training)
-        context = ops.matmul(dropped, ops.cast(value, self.compute_dtype))
-        if single_step:
+            weights = self._dropout_layer(weights, training=training)
+        return ops.matmul(weights, ops.cast(value, self.compute_dtype))
+
+    def finish(self, inputs, context, weights, return_attention_scores):
+        """Drop the step axis of a rank-2 query and pick the outputs."""
+        if inputs.single_step:
             context = ops.squeeze(context, 1)
             weights = ops.squeeze(weights, 1)
         if return_attention_scores:

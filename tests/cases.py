@@ -3,6 +3,8 @@
 from functools import partial
 
 import attention_layers as al
+from tests.cases_hard import CASES as HARD_CASES
+from tests.cases_local import CASES as LOCAL_CASES
 from tests.contract import Case
 
 CASES = [
@@ -40,6 +42,8 @@ CASES = [
         bad_ctor=[({"units": -2}, "units")],
     ),
 ]
+
+CASES += LOCAL_CASES + HARD_CASES
 
 SCORE_CASES = [c for c in CASES if c.kind == "score"]
 

@@ -1,0 +1,3 @@
+"""Contract cases of the local attention layers (added to tests/cases.CASES)."""
+
+CASES = []
