@@ -52,7 +52,8 @@ def merge_masks(
         value_mask: ``[B, Tv]``, positions of the memory that may be attended.
         attention_mask: ``[B, Tq, Tv]``, an explicit pairwise mask.
         use_causal_mask: add the lower-triangular mask.
-        query_length, value_length: ``Tq`` and ``Tv`` (needed for the causal mask).
+        query_length: ``Tq`` (needed for the causal mask and broadcasting).
+        value_length: ``Tv`` (needed for the causal mask and broadcasting).
 
     Example:
 

@@ -1,0 +1,42 @@
+# Two entry points for a newcomer: `make demo` (the main job) and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/python -m pytest -p no:randomly
+
+.PHONY: install demo test test-fast test-slow bench docs lint clean
+
+$(STAMP): setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev,docs]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## demo: train the dates model with BahdanauAttention, export it, serve it.
+demo: $(STAMP)
+	$(BIN)/python examples/dates_demo.py --out runs/dates
+
+## test: lint, then the whole default suite on TensorFlow and on JAX.
+test: $(STAMP) lint
+	$(PYTEST) -n 2 -m "not slow"
+	KERAS_BACKEND=jax $(PYTEST) -n 2 -m "not slow"
+
+## test-slow: real training runs to their stated accuracy.
+test-slow: $(STAMP)
+	$(PYTEST) -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_bahdanau
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+clean:
+	rm -rf $(VENV) site runs
