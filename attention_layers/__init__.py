@@ -1,18 +1,26 @@
-"""Keras 3 attention layers: Bahdanau, Luong, scaled dot-product, pooling."""
+"""Keras 3 attention layers, from Bahdanau and Luong to hard and scaled dot-product."""
 
 from attention_layers.additive import BahdanauAttention, additive_scores
 from attention_layers.base import ScoreAttention
+from attention_layers.hard import HardAttention, ReinforceLoss
+from attention_layers.local import LocalAttention
 from attention_layers.luong import LuongAttention
 from attention_layers.masking import masked_softmax, merge_masks
 from attention_layers.pooling import AttentionPooling
+from attention_layers.recurrent import AttentionDecoder, AttentionRNNCell
 from attention_layers.scaled_dot import ScaledDotProductAttention
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionDecoder",
     "AttentionPooling",
+    "AttentionRNNCell",
     "BahdanauAttention",
+    "HardAttention",
+    "LocalAttention",
     "LuongAttention",
+    "ReinforceLoss",
     "ScaledDotProductAttention",
     "ScoreAttention",
     "additive_scores",

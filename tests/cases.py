@@ -2,6 +2,8 @@
 
 from functools import partial
 
+import keras
+
 import attention_layers as al
 from tests.cases_hard import CASES as HARD_CASES
 from tests.cases_local import CASES as LOCAL_CASES
@@ -43,6 +45,36 @@ CASES = [
     ),
 ]
 
+
+def attention_decoder(cell=None, dtype=None, **kwargs):
+    """An AttentionDecoder whose sublayers share its dtype policy."""
+    if cell is None:
+        cell = al.AttentionRNNCell(
+            keras.layers.GRUCell(8, dtype=dtype),
+            al.BahdanauAttention(units=4, dtype=dtype),
+            output_units=7,
+            dtype=dtype,
+        )
+    return al.AttentionDecoder(cell, dtype=dtype, **kwargs)
+
+
+CASES += [
+    Case(
+        "attention_decoder",
+        attention_decoder,
+        query_dim=5,
+        kind="decoder",
+        output_is_context=False,
+        bad_ctor=[({"cell": keras.layers.GRUCell(3)}, "cell")],
+    ),
+    Case(
+        "attention_decoder_learned_state",
+        partial(attention_decoder, learn_initial_state=True),
+        query_dim=5,
+        kind="decoder",
+        output_is_context=False,
+    ),
+]
 CASES += LOCAL_CASES + HARD_CASES
 
 SCORE_CASES = [c for c in CASES if c.kind == "score"]

@@ -3,9 +3,14 @@
 import attention_layers
 
 PUBLIC = [
+    "AttentionDecoder",
     "AttentionPooling",
+    "AttentionRNNCell",
     "BahdanauAttention",
+    "HardAttention",
+    "LocalAttention",
     "LuongAttention",
+    "ReinforceLoss",
     "ScaledDotProductAttention",
     "ScoreAttention",
     "additive_scores",

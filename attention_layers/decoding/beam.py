@@ -1,0 +1,234 @@
+"""Beam search inside the graph, with GNMT's length and coverage penalties."""
+
+import keras
+from keras import ops
+
+from attention_layers.decoding.common import (
+    NEG_INF,
+    as_ids,
+    check_positive_int,
+    while_not_done,
+    write_at,
+)
+
+
+def gnmt_length_penalty(lengths, alpha):
+    """``lp(Y) = (5 + |Y|)^alpha / 6^alpha`` (Wu et al. 2016).
+
+    Args:
+        lengths: int tensor, ``|Y|`` (end token included).
+        alpha: float or scalar tensor; 0 gives 1 (no normalisation).
+
+    Returns:
+        float32 tensor shaped like ``lengths``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from attention_layers.decoding import gnmt_length_penalty
+    >>> float(gnmt_length_penalty(np.array(1), 1.0))
+    1.0
+    """
+    lengths = ops.cast(lengths, "float32")
+    return ops.power((5.0 + lengths) / 6.0, ops.cast(alpha, "float32"))
+
+
+def gnmt_coverage_penalty(coverage, beta):
+    """``cp(X; Y) = beta * sum_i log(min(sum_j p_ij, 1))`` (Wu et al. 2016).
+
+    Source positions that never received any attention (``sum_j p_ij == 0``,
+    the padding of a masked source) are left out of the sum instead of
+    giving ``log(0) = -inf``.
+
+    Args:
+        coverage: ``[..., S]``, the attention summed over the target steps.
+        beta: float or scalar tensor.
+
+    Returns:
+        float32 tensor ``[...]``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from attention_layers.decoding import gnmt_coverage_penalty
+    >>> cp = gnmt_coverage_penalty(np.array([0.5, 2.0, 0.0]), 1.0)
+    >>> round(float(cp), 4)  # log(0.5) + log(1) + (padding left out)
+    -0.6931
+    """
+    coverage = ops.cast(coverage, "float32")
+    clipped = ops.where(coverage > 0, ops.minimum(coverage, 1.0), 1.0)
+    return ops.cast(beta, "float32") * ops.sum(ops.log(clipped), axis=-1)
+
+
+def _unflatten(x, beam_width):
+    """``[B * K, ...]`` to ``[B, K, ...]``."""
+    shape = ops.shape(x)
+    return ops.reshape(x, (-1, beam_width) + tuple(shape[1:]))
+
+
+def beam_search(
+    step_fn,
+    initial_state,
+    start_ids,
+    end_id,
+    max_length,
+    beam_width,
+    length_penalty=0.0,
+    coverage_penalty=0.0,
+):
+    """Beam search with GNMT's length and coverage penalties, n-best output.
+
+    At every step each of the ``beam_width`` hypotheses of a batch entry is
+    extended by every token, and the ``beam_width`` best candidates are kept
+    by the score ``s(Y, X) = log P(Y|X) / lp(Y) + cp(X; Y)`` (see
+    `gnmt_length_penalty`, `gnmt_coverage_penalty`; ``|Y|`` counts the end
+    token, the coverage sums the step alignments of the hypothesis). A
+    finished hypothesis stays in the beam and only extends with ``end_id`` at
+    zero cost (its score no longer changes), so it competes with the live
+    ones; the loop stops when every hypothesis is finished, or after
+    ``max_length`` steps. The state and the token and alignment buffers are
+    reordered with the beams at every step.
+
+    All the loop state has static shapes (``[B * beam_width, max_length]``
+    buffers updated by one-hot ``where``), so this compiles with XLA and can
+    be served from a SavedModel signature; the penalties may be tensors
+    given at serving time.
+
+    Args:
+        step_fn: ``step_fn(token_ids [N] int32, state) -> (logits [N, V],
+            new_state, alignment [N, S] or None)`` with ``N = B *
+            beam_width``; see `rnn_step_fn`. Anything it closes over (the
+            encoder memory) must be tiled with `tile_beams`.
+        initial_state: a nest of tensors with leading dimension
+            ``B * beam_width``, tiled with `tile_beams`.
+        start_ids: ``[B]`` int, the first input token of each batch entry
+            (not tiled).
+        end_id: the end-of-sequence id.
+        max_length: Python int, the most tokens generated (end included).
+        beam_width: Python int (static shapes).
+        length_penalty: ``alpha``, float or scalar tensor (0: none).
+        coverage_penalty: ``beta``, float or scalar tensor (0: none). Needs a
+            step function that returns alignments; with a Python number
+            other than 0 and no alignments this raises a ``ValueError``, a
+            tensor is then ignored.
+
+    Returns:
+        A dict, hypotheses sorted best first: ``tokens [B, K, max_length]``
+        int32 padded with ``end_id``; ``scores [B, K]`` float32, the
+        penalised score; ``log_probs [B, K]`` float32, ``log P(Y|X)``;
+        ``lengths [B, K]`` int32, end token included (``max_length`` when
+        unfinished); ``alignments [B, K, max_length, S]`` float32, the
+        alignment behind each output token, zeros after the end (only when
+        the step returns alignments).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras import ops
+    >>> from attention_layers.decoding import beam_search
+    >>> table = np.log(np.array(  # token 0 is the end, 3 the start
+    ...     [[1., 0., 0., 0.], [.3, .3, .4, 0.], [.9, .1, 0., 0.],
+    ...      [0., .5, .4, .1]], "float32") + 1e-9)
+    >>> def step_fn(ids, state):
+    ...     return ops.take(table, ids, axis=0), state, None
+    >>> out = beam_search(step_fn, (), np.array([3]), end_id=0, max_length=3,
+    ...                   beam_width=2)
+    >>> np.asarray(out["tokens"])[0].tolist()  # greedy would give [1, 2, 0]
+    [[2, 0, 0], [1, 2, 0]]
+
+    References:
+        Wu et al. Google's Neural Machine Translation System: Bridging the
+        Gap between Human and Machine Translation. arXiv:1609.08144, 2016.
+    """
+    fn_name = "beam_search"
+    check_positive_int(fn_name, "max_length", max_length)
+    check_positive_int(fn_name, "beam_width", beam_width)
+    k = beam_width
+    start_ids = as_ids(fn_name, start_ids)
+    end_id = ops.cast(end_id, "int32")
+    batch = ops.shape(start_ids)[0]
+    positions = ops.arange(max_length, dtype="int32")
+    # Flat index of the first beam of each batch entry, [B, 1].
+    offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
+
+    def update(t, logits, state, alignment, carry):
+        finished = carry["finished"]
+        alive = ops.logical_not(finished)
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        vocab = ops.shape(log_probs)[-1]
+        # A finished hypothesis only extends with end_id, at zero cost.
+        end_only = ops.where(ops.arange(vocab) == end_id, 0.0, NEG_INF)
+        log_probs = ops.where(ops.expand_dims(finished, 1), end_only, log_probs)
+        total = ops.expand_dims(carry["log_probs"], 1) + log_probs  # [N, V]
+        lengths = carry["lengths"] + ops.cast(alive, "int32")
+        score = total / ops.expand_dims(gnmt_length_penalty(lengths, alpha), 1)
+        if "alignments" in carry:
+            alignment = ops.where(
+                ops.expand_dims(alive, 1), ops.cast(alignment, "float32"), 0.0
+            )
+            coverage = carry["coverage"] + alignment
+            cp = gnmt_coverage_penalty(coverage, beta)
+            score = score + ops.expand_dims(cp, 1)
+        best, index = ops.top_k(ops.reshape(score, (-1, k * vocab)), k)  # [B, K]
+        index = ops.cast(index, "int32")
+        parent = ops.reshape(index // vocab + offsets, (-1,))  # [N], flat
+        ids = ops.reshape(index % vocab, (-1,))
+        total = ops.take_along_axis(ops.reshape(total, (-1, k * vocab)), index, 1)
+
+        def gather(x):
+            return ops.take(x, parent, axis=0)
+
+        new = {
+            "t": t + 1,
+            "ids": ids,
+            "state": keras.tree.map_structure(gather, state),
+            "finished": ops.logical_or(gather(finished), ids == end_id),
+            "lengths": gather(lengths),
+            "log_probs": ops.reshape(total, (-1,)),
+            "scores": ops.reshape(best, (-1,)),
+            "tokens": write_at(gather(carry["tokens"]), positions, t, ids),
+        }
+        if "alignments" in carry:
+            new["coverage"] = gather(coverage)
+            new["alignments"] = write_at(
+                gather(carry["alignments"]), positions, t, gather(alignment)
+            )
+        return new
+
+    ids = ops.repeat(start_ids, k, axis=0)
+    logits, state, alignment = step_fn(ids, initial_state)
+    if alignment is None:
+        if isinstance(coverage_penalty, (int, float)) and coverage_penalty != 0:
+            raise ValueError(
+                f"{fn_name}: `coverage_penalty` needs a step function that "
+                "returns alignments; this one returns None."
+            )
+    alpha = ops.cast(length_penalty, "float32")
+    beta = ops.cast(coverage_penalty, "float32")
+    n = ops.shape(ids)[0]
+    # Only the first beam of each entry is live at the start, so the first
+    # step does not pick the same token k times.
+    first_beam = ops.tile(ops.arange(k) == 0, (batch,))
+    carry = {
+        "finished": ops.zeros((n,), "bool"),
+        "lengths": ops.zeros((n,), "int32"),
+        "log_probs": ops.where(first_beam, 0.0, NEG_INF),
+        "scores": ops.zeros((n,), "float32"),
+        "tokens": ops.cast(ops.full((n, max_length), end_id), "int32"),
+    }
+    if alignment is not None:
+        source = ops.shape(alignment)[-1]
+        carry["coverage"] = ops.zeros((n, source), "float32")
+        carry["alignments"] = ops.zeros((n, max_length, source), "float32")
+    t0 = ops.convert_to_tensor(0, "int32")
+    carry = update(t0, logits, state, alignment, carry)
+
+    def body(c):
+        logits, state, alignment = step_fn(c["ids"], c["state"])
+        return update(c["t"], logits, state, alignment, c)
+
+    carry = while_not_done(body, carry, max_length)
+    keys = ["tokens", "scores", "log_probs", "lengths"]
+    if "alignments" in carry:
+        keys.append("alignments")
+    return {key: _unflatten(carry[key], k) for key in keys}

@@ -1,0 +1,140 @@
+"""What the decoders share: the step-function contract, beam tiling, loop helpers.
+
+A decoder drives a *step function*
+
+``step_fn(token_ids [N] int32, state) -> (logits [N, V], new_state, alignment)``
+
+where ``state`` is any nest of tensors whose leading dimension is ``N`` (the
+batch, or batch * beam_width in beam search) and ``alignment`` is ``[N, S]``
+(the attention weights over the source used to produce the logits) or None.
+The step must keep the structure, shapes and dtypes of ``state``.
+"""
+
+import keras
+from keras import ops
+
+# A finite "minus infinity" for float32 log-probabilities: masked candidates
+# never win, and sums or products with zero never give NaN.
+NEG_INF = -1e9
+
+
+def tile_beams(x, beam_width):
+    """Repeats every tensor of a nest ``beam_width`` times along axis 0.
+
+    Row ``b`` of the batch becomes rows ``b * beam_width ... (b + 1) *
+    beam_width - 1``: the layout `beam_search` expects for its
+    ``initial_state`` and for anything the step function closes over (the
+    encoder memory and its mask).
+
+    Args:
+        x: a tensor or any nest (list, tuple, dict) of tensors ``[B, ...]``.
+        beam_width: a Python int.
+
+    Returns:
+        The same nest with tensors ``[B * beam_width, ...]``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from attention_layers.decoding import tile_beams
+    >>> tiled = tile_beams({"h": np.array([[1.0], [2.0]])}, 2)
+    >>> np.asarray(tiled["h"])[:, 0].tolist()
+    [1.0, 1.0, 2.0, 2.0]
+    """
+    if not isinstance(beam_width, int) or beam_width < 1:
+        raise ValueError(
+            f"tile_beams: `beam_width` must be a positive Python int, "
+            f"received {beam_width!r}."
+        )
+    return keras.tree.map_structure(
+        lambda t: ops.repeat(ops.convert_to_tensor(t), beam_width, axis=0), x
+    )
+
+
+def rnn_step_fn(embedding, cell, projection, memory, memory_mask=None):
+    """Builds a step function from an embedding, an attention cell and a projection.
+
+    One step embeds the previous tokens, runs the `AttentionRNNCell` against
+    the memory and projects its output to vocabulary logits. The state is the
+    cell's list of states (``AttentionDecoder.initial_states(batch)``).
+
+    Args:
+        embedding: a ``keras.layers.Embedding`` (token ids to ``[N, E]``).
+        cell: an `AttentionRNNCell`, built.
+        projection: a layer from the cell output to logits ``[N, V]``
+            (a ``keras.layers.Dense(V)``).
+        memory: ``[N, S, D]`` encoder states. For beam search, tile it first
+            with `tile_beams`.
+        memory_mask: ``[N, S]``, True on real source positions (tiled like
+            the memory), or None.
+
+    Returns:
+        ``step_fn(token_ids, state) -> (logits, new_state, alignment)``.
+
+    Example:
+
+    >>> import numpy as np, keras
+    >>> from attention_layers import BahdanauAttention
+    >>> from attention_layers.recurrent import AttentionRNNCell
+    >>> from attention_layers.decoding import greedy_search, rnn_step_fn
+    >>> cell = AttentionRNNCell(keras.layers.GRUCell(4), BahdanauAttention(units=4))
+    >>> memory = np.random.rand(2, 3, 4).astype("float32")
+    >>> cell.build((2, 5), None, memory.shape)
+    >>> step = rnn_step_fn(keras.layers.Embedding(6, 5), cell,
+    ...                    keras.layers.Dense(6), memory)
+    >>> out = greedy_search(step, cell.get_initial_state(2), np.array([1, 1]),
+    ...                     end_id=2, max_length=3)
+    >>> tuple(out["tokens"].shape), tuple(out["alignments"].shape)
+    ((2, 3), (2, 3, 3))
+    """
+
+    def step_fn(token_ids, state):
+        inputs = embedding(token_ids)
+        output, new_state, weights = cell(
+            inputs, list(state), memory, memory_mask=memory_mask
+        )
+        return projection(output), list(new_state), weights
+
+    return step_fn
+
+
+def check_positive_int(fn_name, arg_name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{fn_name}: `{arg_name}` must be a positive Python int (it sets "
+            f"static shapes), received {value!r}."
+        )
+
+
+def as_ids(fn_name, start_ids):
+    start_ids = ops.convert_to_tensor(start_ids)
+    if len(start_ids.shape) != 1:
+        raise ValueError(
+            f"{fn_name}: `start_ids` must be a rank-1 tensor [batch], received "
+            f"shape {tuple(start_ids.shape)}."
+        )
+    return ops.cast(start_ids, "int32")
+
+
+def write_at(buffer, positions, t, values):
+    """``buffer[:, t] = values`` without Python-side indexing (a one-hot where).
+
+    ``buffer`` is ``[N, L, ...]``, ``positions`` is ``arange(L)``, ``values``
+    is ``[N, ...]``.
+    """
+    at_t = positions == t
+    extra = len(buffer.shape) - 2
+    at_t = ops.reshape(at_t, (1, -1) + (1,) * extra)
+    return ops.where(at_t, ops.expand_dims(values, 1), buffer)
+
+
+def while_not_done(body, carry, max_length):
+    """Runs ``body`` on the dict ``carry`` until ``t == max_length`` or all
+    sequences are finished (``carry["finished"]`` all True)."""
+
+    def cond(c):
+        return ops.logical_and(
+            c["t"] < max_length, ops.logical_not(ops.all(c["finished"]))
+        )
+
+    return ops.while_loop(cond, body, carry)

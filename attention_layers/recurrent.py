@@ -1,0 +1,419 @@
+"""The attention RNN decoder: a recurrent cell whose context changes at every step."""
+
+import keras
+from keras import ops
+
+from attention_layers import masking
+from attention_layers.base import (
+    check_float,
+    check_mask_shape,
+    input_error,
+    static_shape,
+)
+
+
+def _state_sizes(cell):
+    size = cell.state_size
+    return list(size) if isinstance(size, (list, tuple)) else [size]
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class AttentionRNNCell(keras.layers.Layer):
+    """One step of an encoder-decoder with attention, around any Keras RNN cell.
+
+    At step ``i``, with ``y_{i-1}`` the step input (the embedded previous
+    token) and ``h`` the encoder states (the memory):
+
+    ``z_i = cell([y_{i-1}; o_{i-1}], z_{i-1})`` (``o_{i-1}`` only with input
+    feeding), ``c_i, a_i = attention(z_i, h)``, ``o_i = tanh(W_o [z_i; c_i])``
+    (or ``[z_i; c_i]`` when ``output_units`` is None).
+
+    The context ``c_i`` is recomputed at every step from the new state, so each
+    output has its own context: the point of Bahdanau et al. against the fixed
+    context vector. The memory is a call argument, never state set up ahead.
+
+    Args:
+        cell: a Keras RNN cell (``keras.layers.GRUCell``, ``LSTMCell``...).
+        attention: an attention layer of this library (any layer taking
+            ``(query, value, value_mask=..., return_attention_scores=True)``).
+        output_units: size of the attentional output ``o_i``; ``None`` outputs
+            the concatenation ``[z_i; c_i]``.
+        input_feeding: feed ``o_{i-1}`` to the cell with the next input
+            (Luong et al. 2015), so the cell knows what it attended to.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: ``[B, E]``, the step input.
+        states: list of state tensors (``get_initial_state`` gives zeros).
+        memory: ``[B, S, D]``, the encoder states.
+        memory_mask: ``[B, S]``, True on real source positions.
+        training: passed to the cell and the attention.
+
+    Returns:
+        ``(output [B, output_size], new_states, weights [B, S])``.
+
+    Example:
+
+    >>> import numpy as np, keras
+    >>> from attention_layers import BahdanauAttention
+    >>> cell = AttentionRNNCell(keras.layers.GRUCell(8),
+    ...                         BahdanauAttention(units=4), output_units=6)
+    >>> memory = np.random.rand(2, 5, 3).astype("float32")
+    >>> cell.build((2, 7), None, memory.shape)
+    >>> states = cell.get_initial_state(batch_size=2)
+    >>> out, states, weights = cell(np.ones((2, 7), "float32"), states, memory)
+    >>> tuple(out.shape), tuple(weights.shape)
+    ((2, 6), (2, 5))
+
+    References:
+        Bahdanau, Cho, Bengio. Neural Machine Translation by Jointly Learning to
+        Align and Translate. ICLR 2015. Luong, Pham, Manning. Effective
+        Approaches to Attention-based Neural Machine Translation. EMNLP 2015.
+    """
+
+    def __init__(
+        self, cell, attention, output_units=None, input_feeding=True, **kwargs
+    ):
+        super().__init__(**kwargs)
+        if isinstance(cell, dict):
+            cell = keras.saving.deserialize_keras_object(cell)
+        if isinstance(attention, dict):
+            attention = keras.saving.deserialize_keras_object(attention)
+        if not hasattr(cell, "state_size"):
+            raise input_error(
+                self, "cell", "a Keras RNN cell with a `state_size`", repr(cell)
+            )
+        if output_units is not None and (
+            not isinstance(output_units, int) or output_units <= 0
+        ):
+            raise input_error(
+                self, "output_units", "a positive integer or None", repr(output_units)
+            )
+        self.cell = cell
+        self.attention = attention
+        self.output_units = output_units
+        self.input_feeding = input_feeding
+        self._value_dim = None
+
+    @property
+    def units(self):
+        return _state_sizes(self.cell)[0]
+
+    def _output_size(self, value_dim):
+        return self.output_units or self.units + value_dim
+
+    @property
+    def state_size(self):
+        sizes = _state_sizes(self.cell)
+        if self.input_feeding:
+            if self._value_dim is None and self.output_units is None:
+                raise ValueError(
+                    f"{self.__class__.__name__} (name={self.name!r}): build the "
+                    "cell before asking for its state size (it depends on the "
+                    "memory size when output_units is None)."
+                )
+            sizes.append(self._output_size(self._value_dim or 0))
+        return sizes
+
+    @property
+    def output_size(self):
+        return self._output_size(self._value_dim or 0)
+
+    def build(self, inputs_shape, states_shape=None, memory_shape=None):
+        if memory_shape is None or len(memory_shape) != 3:
+            raise input_error(
+                self,
+                "memory",
+                "a rank-3 tensor [batch, source_length, dim]",
+                f"shape {memory_shape}",
+            )
+        self._value_dim = memory_shape[-1]
+        feed = self._output_size(self._value_dim) if self.input_feeding else 0
+        batch = inputs_shape[0]
+        # Sublayers restored from a .keras file arrive built.
+        if not self.cell.built:
+            self.cell.build((batch, inputs_shape[-1] + feed))
+        if not self.attention.built:
+            self.attention.build((batch, self.units), tuple(memory_shape))
+        if self.output_units:
+            self.output_dense = keras.layers.Dense(
+                self.output_units,
+                activation="tanh",
+                use_bias=False,
+                dtype=self.dtype_policy,
+                name="W_o",
+            )
+            self.output_dense.build((batch, self.units + self._value_dim))
+
+    def get_initial_state(self, batch_size):
+        return [
+            ops.zeros((batch_size, size), dtype=self.compute_dtype)
+            for size in self.state_size
+        ]
+
+    def call(self, inputs, states, memory, memory_mask=None, training=None):
+        states = list(states)
+        n_cell = len(_state_sizes(self.cell))
+        x = inputs
+        if self.input_feeding:
+            x = ops.concatenate([inputs, ops.cast(states[-1], inputs.dtype)], axis=-1)
+        cell_states = states[:n_cell]
+        z, new_cell_states = self.cell(
+            x, cell_states if n_cell > 1 else cell_states, training=training
+        )
+        new_cell_states = (
+            list(new_cell_states)
+            if isinstance(new_cell_states, (list, tuple))
+            else [new_cell_states]
+        )
+        context, weights = self.attention(
+            z,
+            memory,
+            value_mask=memory_mask,
+            return_attention_scores=True,
+            training=training,
+        )
+        output = ops.concatenate([z, ops.cast(context, z.dtype)], axis=-1)
+        if self.output_units:
+            output = self.output_dense(output)
+        new_states = new_cell_states + ([output] if self.input_feeding else [])
+        return output, new_states, weights
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "cell": keras.saving.serialize_keras_object(self.cell),
+            "attention": keras.saving.serialize_keras_object(self.attention),
+            "output_units": self.output_units,
+            "input_feeding": self.input_feeding,
+        }
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class AttentionDecoder(keras.layers.Layer):
+    """Runs an `AttentionRNNCell` over a target sequence (teacher forcing).
+
+    The call signature is that of the other attention layers, with the target
+    sequence as the query and the encoder states as the value, so Keras fills
+    ``query_mask`` (target padding) and ``value_mask`` (source padding) from
+    ``Embedding(mask_zero=True)`` layers by itself.
+
+    Args:
+        cell: an `AttentionRNNCell`.
+        learn_initial_state: learn the initial cell state instead of zeros
+            (used when no ``initial_state`` is passed).
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        query: ``[B, T, E]``, the embedded target inputs (shifted right).
+        value: ``[B, S, D]``, the encoder states.
+        query_mask: ``[B, T]``; a masked step keeps the previous state and
+            outputs zeros.
+        value_mask: ``[B, S]``, True on real source positions.
+        initial_state: list of the cell's initial states (e.g. the encoder's
+            final state); the input-feeding state starts at zero.
+        return_attention_scores: also return the alignments ``[B, T, S]``.
+        return_state: also return the final states (a list).
+        training: passed to the cell.
+
+    Returns:
+        ``outputs [B, T, output_size]``, then the alignments and the final
+        states if asked for, in that order.
+
+    Example:
+
+    >>> import numpy as np, keras
+    >>> from attention_layers import LuongAttention
+    >>> decoder = AttentionDecoder(AttentionRNNCell(
+    ...     keras.layers.GRUCell(8), LuongAttention("general"), output_units=8))
+    >>> target = np.random.rand(2, 4, 5).astype("float32")
+    >>> memory = np.random.rand(2, 6, 8).astype("float32")
+    >>> outputs, alignments = decoder(target, memory, return_attention_scores=True)
+    >>> tuple(outputs.shape), tuple(alignments.shape)
+    ((2, 4, 8), (2, 4, 6))
+    """
+
+    def __init__(self, cell, learn_initial_state=False, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(cell, dict):
+            cell = keras.saving.deserialize_keras_object(cell)
+        if not isinstance(cell, AttentionRNNCell):
+            raise input_error(self, "cell", "an AttentionRNNCell", repr(cell))
+        self.cell = cell
+        self.learn_initial_state = learn_initial_state
+        self.supports_masking = True
+
+    def _check(self, query_shape, value_shape):
+        if len(query_shape) != 3:
+            raise input_error(
+                self,
+                "query",
+                "a rank-3 tensor [batch, target_length, dim]",
+                f"shape {tuple(query_shape)}",
+            )
+        if len(value_shape) != 3:
+            raise input_error(
+                self,
+                "value",
+                "a rank-3 tensor [batch, source_length, dim]",
+                f"shape {tuple(value_shape)}",
+            )
+        qb, vb = static_shape(query_shape)[0], static_shape(value_shape)[0]
+        if None not in (qb, vb) and qb != vb:
+            raise input_error(
+                self, "value", f"batch size {qb} (the query's)", f"batch size {vb}"
+            )
+
+    def build(self, query_shape, value_shape):
+        self._check(query_shape, value_shape)
+        step_shape = (query_shape[0], query_shape[-1])
+        if not self.cell.built:  # a restored cell arrives built
+            self.cell.build(step_shape, None, tuple(value_shape))
+        if self.learn_initial_state:
+            self.initial_cell_states = [
+                self.add_weight(
+                    name=f"initial_state_{i}", shape=(size,), initializer="zeros"
+                )
+                for i, size in enumerate(_state_sizes(self.cell.cell))
+            ]
+
+    def initial_states(self, batch_size, initial_state=None):
+        """The cell's states at step 0, input-feeding state included."""
+        states = self.cell.get_initial_state(batch_size)
+        n_cell = len(_state_sizes(self.cell.cell))
+        if initial_state is not None:
+            given = (
+                list(initial_state)
+                if isinstance(initial_state, (list, tuple))
+                else [initial_state]
+            )
+            if len(given) != n_cell:
+                raise input_error(
+                    self,
+                    "initial_state",
+                    f"a list of {n_cell} cell state(s)",
+                    f"{len(given)} tensor(s)",
+                )
+            states[:n_cell] = [ops.cast(s, self.compute_dtype) for s in given]
+        elif self.learn_initial_state:
+            states[:n_cell] = [
+                ops.broadcast_to(
+                    ops.cast(w, self.compute_dtype), (batch_size, w.shape[0])
+                )
+                for w in self.initial_cell_states
+            ]
+        return states
+
+    def call(
+        self,
+        query,
+        value,
+        query_mask=None,
+        value_mask=None,
+        initial_state=None,
+        return_attention_scores=False,
+        return_state=False,
+        training=None,
+    ):
+        self._check(query.shape, value.shape)
+        check_float(self, "query", query)
+        check_float(self, "value", value)
+        batch_s, length_s = static_shape(query.shape)[:2]
+        check_mask_shape(self, "query_mask", query_mask, (batch_s, length_s))
+        check_mask_shape(self, "value_mask", value_mask, static_shape(value.shape)[:2])
+        batch = ops.shape(query)[0]
+        states = self.initial_states(batch, initial_state)
+        query = masking.zero_masked(query, query_mask)
+        steps = ops.transpose(query, (1, 0, 2))  # time major
+        if query_mask is None:
+            keep = ops.ones(ops.shape(steps)[:2], dtype="bool")
+        else:
+            keep = ops.transpose(masking.as_bool(query_mask), (1, 0))
+
+        # A while loop with a known trip count, writing each step into
+        # fixed-size buffers with a one-hot `where`: XLA-compilable and
+        # differentiable on every backend (Keras' TensorFlow scan sets no
+        # maximum_iterations, which XLA needs for the gradient), and made of
+        # stock ops that TF Serving runs.
+        length = ops.shape(steps)[0]
+        outputs = ops.zeros((length, batch, self.cell.output_size), self.compute_dtype)
+        alignments = ops.zeros((length, batch, ops.shape(value)[1]), self.compute_dtype)
+        time = ops.arange(length, dtype="int32")
+
+        def body(i, states, outputs, alignments):
+            x = ops.take(steps, i, axis=0)
+            m = ops.expand_dims(ops.take(keep, i, axis=0), -1)
+            out, new_states, weights = self.cell(
+                x, states, value, memory_mask=value_mask, training=training
+            )
+            new_states = [
+                ops.where(m, n, o) for n, o in zip(new_states, states, strict=True)
+            ]
+            here = ops.reshape(ops.equal(time, i), (-1, 1, 1))
+            outputs = ops.where(
+                ops.logical_and(here, m), ops.expand_dims(out, 0), outputs
+            )
+            weights = ops.cast(weights, alignments.dtype)
+            alignments = ops.where(
+                ops.logical_and(here, m), ops.expand_dims(weights, 0), alignments
+            )
+            return i + 1, new_states, outputs, alignments
+
+        init = (states, outputs, alignments)
+        if keras.backend.backend() == "jax":
+            # JAX differentiates a loop only with static bounds (it is then a
+            # scan); under jit every length is static.
+            final, outputs, alignments = ops.fori_loop(
+                0, length, lambda i, c: body(i, *c)[1:], init
+            )
+        else:
+            # TensorFlow: a bounded while loop (XLA needs the bound for the
+            # gradient; the bound is the static length when there is one).
+            _, final, outputs, alignments = ops.while_loop(
+                lambda i, *_: i < length,
+                body,
+                (ops.convert_to_tensor(0, "int32"), *init),
+                maximum_iterations=static_shape(query.shape)[1],
+            )
+        outputs = ops.transpose(outputs, (1, 0, 2))
+        results = [outputs]
+        if return_attention_scores:
+            results.append(ops.transpose(alignments, (1, 0, 2)))
+        if return_state:
+            results.append(list(final))
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        query_mask=None,
+        value_mask=None,
+        initial_state=None,
+        return_attention_scores=False,
+        return_state=False,
+        training=None,
+    ):
+        # Symbolic shapes without tracing the loop (Keras' TensorFlow scan
+        # cannot be traced with unknown dimensions).
+        self._check(query.shape, value.shape)
+        spec = keras.KerasTensor
+        batch, length = query.shape[:2]
+        results = [spec((batch, length, self.cell.output_size), self.compute_dtype)]
+        if return_attention_scores:
+            results.append(spec((batch, length, value.shape[1]), self.compute_dtype))
+        if return_state:
+            results.append(
+                [spec((batch, n), self.compute_dtype) for n in self.cell.state_size]
+            )
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def compute_mask(self, query, previous_mask=None):
+        return previous_mask
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "cell": keras.saving.serialize_keras_object(self.cell),
+            "learn_initial_state": self.learn_initial_state,
+        }
