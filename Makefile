@@ -32,8 +32,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+## bench: paired-ratio benchmarks; the results are recorded in docs/.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_bahdanau
+	$(BIN)/python -m benchmarks.bench_local
+	$(BIN)/python -m benchmarks.hard_variance
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict

@@ -11,6 +11,7 @@ from attention_layers.base import ScoreAttention, static_shape
 # values = 16 MiB, small enough to stay in cache-friendly territory and to bound
 # peak memory whatever the sequence lengths.
 DEFAULT_BLOCK_ELEMENTS = 1 << 22
+ASSUMED_BATCH = 32
 
 
 def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
@@ -21,6 +22,12 @@ def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
     query rows so that at most about ``block_elements`` values of the tanh are
     alive at once; the result is identical. Keras has no fused op for this, hence
     our own loop.
+
+    Each block is rematerialised (``keras.remat``): a backward pass recomputes
+    its tanh instead of keeping every block alive, which cut the peak memory of
+    a training step from 630 to 270 MiB (B=32, Tq=Tv=128, units=256, float32;
+    Dense + ``AdditiveAttention``: 2.1 GiB) for about 1% more time
+    (``benchmarks/bench_bahdanau.py``).
 
     Args:
         query_proj: ``[B, Tq, U]``, the projected queries ``W1 q``.
@@ -43,10 +50,12 @@ def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
     if bias is not None:
         key_proj = key_proj + bias
     key_proj = ops.expand_dims(key_proj, 1)  # [B, 1, Tv, U]
-    v = ops.cast(v, query_proj.dtype)
+    v = ops.expand_dims(ops.cast(v, query_proj.dtype), 1)  # [U, 1]
 
-    def block(q):  # q: [B, c, U] -> [B, c, Tv]
-        return ops.einsum("bqvu,u->bqv", ops.tanh(ops.expand_dims(q, 2) + key_proj), v)
+    def block(q, k, v):  # q: [B, c, U] -> [B, c, Tv]
+        # A matmul with v: on TF about 10% faster forward and 5% backward than
+        # einsum("bqvu,u->bqv"), and faster than a multiply and sum.
+        return ops.squeeze(ops.matmul(ops.tanh(ops.expand_dims(q, 2) + k), v), -1)
 
     budget = block_elements or DEFAULT_BLOCK_ELEMENTS
     b, tq, _ = static_shape(query_proj.shape)
@@ -54,13 +63,20 @@ def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
     if None in (tq, tv, units):
         # Dynamic lengths (a traced serving signature): the block size cannot
         # be planned at trace time, evaluate in one piece.
-        return block(query_proj)
-    per_row = (b or 1) * tv * units
+        return block(query_proj, key_proj, v)
+    # A batch unknown at trace time (Keras retraces fit's step with a free batch
+    # after a ragged last batch) is planned as ASSUMED_BATCH rows.
+    per_row = (b or ASSUMED_BATCH) * tv * units
     chunk = max(1, budget // per_row)
     if chunk >= tq:
-        return block(query_proj)
-    pieces = [block(query_proj[:, i : i + chunk]) for i in range(0, tq, chunk)]
-    return ops.concatenate(pieces, axis=1)
+        return block(query_proj, key_proj, v)
+    # split (its gradient is one concatenation), not slices (their gradients
+    # are full-size padded tensors to sum): about 5% faster training steps.
+    # Every tensor is an argument of the rematerialised block: TF silently
+    # drops the gradients of tensors it closes over.
+    remat_block = keras.remat(block)
+    pieces = ops.split(query_proj, list(range(chunk, tq, chunk)), axis=1)
+    return ops.concatenate([remat_block(q, key_proj, v) for q in pieces], axis=1)
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
