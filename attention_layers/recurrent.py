@@ -94,6 +94,9 @@ class AttentionRNNCell(keras.layers.Layer):
         self.output_units = output_units
         self.input_feeding = input_feeding
         self._value_dim = None
+        # A step input may carry the padding mask of an Embedding(mask_zero=True);
+        # it has no time axis here, so the cell accepts it and returns none.
+        self.supports_masking = True
 
     @property
     def units(self):
@@ -144,6 +147,9 @@ class AttentionRNNCell(keras.layers.Layer):
                 name="W_o",
             )
             self.output_dense.build((batch, self.units + self._value_dim))
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return None
 
     def get_initial_state(self, batch_size):
         return [

@@ -35,3 +35,26 @@ def test_no_tensorflow_only_imports():
         assert "import tensorflow" not in text, path
         assert "from tensorflow" not in text, path
         assert "pipelines" not in text.replace("pipelines`", ""), path
+
+
+DECODING = [
+    "beam_search",
+    "filter_logits",
+    "gnmt_coverage_penalty",
+    "gnmt_length_penalty",
+    "greedy_search",
+    "rnn_step_fn",
+    "sample",
+    "tile_beams",
+]
+
+
+def test_decoding_names_are_frozen_and_documented():
+    import pathlib
+
+    from attention_layers import decoding
+
+    assert sorted(decoding.__all__) == DECODING
+    api = (pathlib.Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    for name in DECODING:
+        assert f"::: attention_layers.decoding.{name}\n" in api, name

@@ -133,7 +133,7 @@ def beam_search(
     ...     return ops.take(table, ids, axis=0), state, None
     >>> out = beam_search(step_fn, (), np.array([3]), end_id=0, max_length=3,
     ...                   beam_width=2)
-    >>> np.asarray(out["tokens"])[0].tolist()  # greedy would give [1, 2, 0]
+    >>> np.asarray(out["tokens"])[0].tolist()  # greedy: 1, 2, 0
     [[2, 0, 0], [1, 2, 0]]
 
     References:
