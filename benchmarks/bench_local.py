@@ -79,10 +79,7 @@ def speed(pairs, reps, warmup):
             t = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in last.items())
             log(f"  [{r}/{n}] ms: {t}")
 
-    times = paired.paired_rounds(keyed, pairs, reps, warmup, progress)
-    cpu = None
-    if isinstance(times, tuple):  # newer helpers: (wall, cpu) seconds
-        times, cpu = times
+    times, cpu = paired.paired_rounds(keyed, pairs, reps, warmup, progress)
     results = {}
     for s in LENGTHS:
         entry = {}
