@@ -428,6 +428,7 @@ class ReinforceLoss(keras.layers.Layer):
             initializer="zeros",
             trainable=False,
             autocast=False,
+            aggregation="none",
         )
         self.baseline_steps = self.add_weight(
             name="baseline_steps",
@@ -435,6 +436,7 @@ class ReinforceLoss(keras.layers.Layer):
             initializer="zeros",
             trainable=False,
             autocast=False,
+            aggregation="none",
         )
         if self.learned_baseline:
             if baseline_features_shape is None:
