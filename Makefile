@@ -34,8 +34,10 @@ lint: $(STAMP)
 
 ## bench: paired-ratio benchmarks; the results are recorded in docs/.
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.bench_bahdanau
 	$(BIN)/python -m benchmarks.bench_local
+	$(BIN)/python -m benchmarks.bench_decoding
 	$(BIN)/python -m benchmarks.hard_variance
 
 docs: $(STAMP)

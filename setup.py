@@ -25,6 +25,7 @@ setup(
             "babel",
         ],
         "demo": ["matplotlib", "babel"],
+        "bench": ["keras-hub"],  # the peer samplers of benchmarks/bench_decoding.py
         "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],
     },
     classifiers=[
