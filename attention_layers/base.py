@@ -120,6 +120,16 @@ class ScoreAttention(keras.layers.Layer):
     def check_score_shapes(self, query_shape, key_shape):
         """Raise a ``ValueError`` if the score function cannot take these shapes."""
 
+    def check_equal_dims(self, query_shape, key_shape, why=""):
+        """For dot-product scores: the key's last dimension must be the query's."""
+        dq, dk = query_shape[-1], key_shape[-1]
+        if None not in (dq, dk) and dq != dk:
+            raise self._error(
+                "key",
+                f"last dimension equal to the query's ({dq}){why}",
+                f"shape {tuple(key_shape)}",
+            )
+
     # -- helpers for subclasses -------------------------------------------
     def _error(self, argument, expected, received):
         return input_error(self, argument, expected, received)

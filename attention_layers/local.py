@@ -137,13 +137,8 @@ class LocalAttention(ScoreAttention):
 
     # -- weights ----------------------------------------------------------
     def check_score_shapes(self, query_shape, key_shape):
-        dq, dk = query_shape[-1], key_shape[-1]
-        if self.score_mode == "dot" and None not in (dq, dk) and dq != dk:
-            raise self._error(
-                "key",
-                f'last dimension equal to the query\'s ({dq}) for score_mode="dot"',
-                f"shape {tuple(key_shape)}",
-            )
+        if self.score_mode == "dot":
+            self.check_equal_dims(query_shape, key_shape, ' for score_mode="dot"')
 
     def _weight(self, name, shape, autocast=True):
         return self.add_weight(

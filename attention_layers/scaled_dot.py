@@ -46,13 +46,7 @@ class ScaledDotProductAttention(ScoreAttention):
         self.scale = scale
 
     def check_score_shapes(self, query_shape, key_shape):
-        dq, dk = query_shape[-1], key_shape[-1]
-        if None not in (dq, dk) and dq != dk:
-            raise self._error(
-                "key",
-                f"last dimension equal to the query's ({dq})",
-                f"shape {tuple(key_shape)}",
-            )
+        self.check_equal_dims(query_shape, key_shape)
 
     def score(self, query, key):
         dtype = self._score_dtype()
