@@ -34,21 +34,9 @@ import numpy as np  # noqa: E402
 
 import attention_layers as al  # noqa: E402
 from attention_layers.hard import reinforce_surrogate  # noqa: E402
+from examples.marker_task import CLASSES, NOISE, T, marker_data  # noqa: E402
 
-T, CLASSES, NOISE = 8, 8, 8
 VARIANTS = ("none", "moving", "moving+learned")
-
-
-def marker_data(n, seed):
-    """``(x [n, T, F], label [n], marked position [n])`` of the marker task."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, CLASSES, (n, T))
-    position = rng.integers(0, T, n)
-    x = np.zeros((n, T, 1 + CLASSES + NOISE), "float32")
-    x[np.arange(n), position, 0] = 0.5
-    x[..., 1 : 1 + CLASSES] = np.eye(CLASSES)[labels]
-    x[..., 1 + CLASSES :] = rng.normal(size=(n, T, NOISE))
-    return x, labels[np.arange(n), position].astype("int32"), position
 
 
 def build(seed):

@@ -20,15 +20,16 @@ import keras
 import numpy as np
 import pytest
 
-import attention_layers as al
 from attention_layers.decoding import (
     beam_search,
     greedy_search,
     rnn_step_fn,
     tile_beams,
 )
+from examples.seq2seq import build_seq2seq
 
 PAD, START, END = 0, 1, 2
+
 SOURCE_VOCAB, TARGET_VOCAB = 20, 13
 MAX_LENGTH, BEAM_WIDTH = 11, 3
 OUTPUTS = (
@@ -40,30 +41,6 @@ OUTPUTS = (
     "beam_lengths",
     "beam_alignments",
 )
-
-
-def make_parts(units=16):
-    """A small encoder-decoder with attention, as a training model and its parts."""
-    source = keras.Input(shape=(None,), dtype="int32", name="source")
-    target = keras.Input(shape=(None,), dtype="int32", name="target")
-    source_embedding = keras.layers.Embedding(SOURCE_VOCAB, 8, mask_zero=True)
-    target_embedding = keras.layers.Embedding(TARGET_VOCAB, 8, mask_zero=True)
-    memory, forward, backward = keras.layers.Bidirectional(
-        keras.layers.GRU(units, return_sequences=True, return_state=True)
-    )(source_embedding(source))
-    encoder_state = keras.layers.Concatenate()([forward, backward])
-    decoder = al.AttentionDecoder(
-        al.AttentionRNNCell(
-            keras.layers.GRUCell(2 * units),
-            al.BahdanauAttention(units),
-            output_units=2 * units,
-        )
-    )
-    outputs = decoder(target_embedding(target), memory, initial_state=[encoder_state])
-    projection = keras.layers.Dense(TARGET_VOCAB)
-    model = keras.Model([source, target], projection(outputs))
-    encoder = keras.Model(source, [memory, encoder_state])
-    return model, encoder, target_embedding, decoder, projection
 
 
 def make_translate(encoder, target_embedding, decoder, projection):
@@ -167,7 +144,7 @@ def assert_same(got, expected):
 def test_greedy_and_beam_search_served_without_the_library(tmp_path):
     import tensorflow as tf
 
-    model, *parts = make_parts()
+    model, *parts = build_seq2seq(SOURCE_VOCAB, TARGET_VOCAB, 16, 8, 8)
     translate = make_translate(*parts)
     rng = np.random.default_rng(0)
     # Sources of 3 to 9 tokens, padded with 0; a batch size and a source length

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import attention_layers as al
+from examples.marker_task import CLASSES, NOISE, T, marker_data
 from tests import contract
 
 SCCE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -337,22 +338,6 @@ def test_reinforce_loss_config_round_trip():
 
 
 # -- training in fit: the marker task --------------------------------------------
-T, CLASSES, NOISE = 8, 8, 8
-
-
-def marker_data(n, seed):
-    """``T`` vectors per example: channel 0 marks one position (0.5), the next
-    ``CLASSES`` channels one-hot a label per position, then Gaussian noise. The
-    target is the label at the marked position, so a model must attend there:
-    picking any other position gives the right label by chance (1/CLASSES)."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, CLASSES, (n, T))
-    position = rng.integers(0, T, n)
-    x = np.zeros((n, T, 1 + CLASSES + NOISE), "float32")
-    x[np.arange(n), position, 0] = 0.5
-    x[..., 1 : 1 + CLASSES] = np.eye(CLASSES)[labels]
-    x[..., 1 + CLASSES :] = rng.normal(size=(n, T, NOISE))
-    return x, labels[np.arange(n), position].astype("int32"), position
 
 
 def marker_models(seed=0, learned_baseline=False, entropy_weight=0.0, jit=False):

@@ -23,7 +23,6 @@ import keras  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-import attention_layers as al  # noqa: E402
 from attention_layers.decoding import greedy_search, rnn_step_fn  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -36,33 +35,10 @@ from dates_demo import (  # noqa: E402
     encode_targets,
     make_pairs,
 )
+from seq2seq import build_seq2seq  # noqa: E402
 
 OUT = ROOT / "docs" / "images" / "dates_alignment.png"
 SAMPLE = "montag, 9. märz 1987"
-
-
-def build(source_vocab, units):
-    target_vocab = 3 + len(TARGET_CHARS)
-    source = keras.Input(shape=(None,), dtype="int32", name="source")
-    target = keras.Input(shape=(None,), dtype="int32", name="target")
-    source_embedding = keras.layers.Embedding(source_vocab, 32, mask_zero=True)
-    target_embedding = keras.layers.Embedding(target_vocab, 16, mask_zero=True)
-    memory, forward, backward = keras.layers.Bidirectional(
-        keras.layers.GRU(units, return_sequences=True, return_state=True)
-    )(source_embedding(source))
-    encoder_state = keras.layers.Concatenate()([forward, backward])
-    decoder = al.AttentionDecoder(
-        al.AttentionRNNCell(
-            keras.layers.GRUCell(2 * units),
-            al.BahdanauAttention(units),
-            output_units=2 * units,
-        )
-    )
-    outputs = decoder(target_embedding(target), memory, initial_state=[encoder_state])
-    projection = keras.layers.Dense(target_vocab)
-    model = keras.Model([source, target], projection(outputs))
-    encoder = keras.Model(source, [memory, encoder_state])
-    return model, encoder, target_embedding, decoder, projection
 
 
 def main(argv=None):
@@ -82,8 +58,8 @@ def main(argv=None):
     x_train = vocab.encode([text for text, _ in train], length)
     t_in, t_out = encode_targets([iso for _, iso in train])
 
-    model, encoder, target_embedding, decoder, projection = build(
-        len(vocab), args.units
+    model, encoder, target_embedding, decoder, projection = build_seq2seq(
+        len(vocab), 3 + len(TARGET_CHARS), args.units
     )
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3, clipnorm=1.0),

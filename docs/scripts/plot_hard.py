@@ -11,6 +11,7 @@ Usage, from the root of a checkout: ``python docs/scripts/plot_hard.py``.
 
 import os
 import pathlib
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -23,20 +24,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import attention_layers as al  # noqa: E402
 
-T, CLASSES, NOISE = 8, 8, 8
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+from examples.marker_task import CLASSES, NOISE, T, marker_data  # noqa: E402
+
 EPOCHS = 4
 OUT = pathlib.Path(__file__).resolve().parents[1] / "images" / "hard_attention.png"
-
-
-def marker_data(n, seed):
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, CLASSES, (n, T))
-    position = rng.integers(0, T, n)
-    x = np.zeros((n, T, 1 + CLASSES + NOISE), "float32")
-    x[np.arange(n), position, 0] = 0.5
-    x[..., 1 : 1 + CLASSES] = np.eye(CLASSES)[labels]
-    x[..., 1 + CLASSES :] = rng.normal(size=(n, T, NOISE))
-    return x, labels[np.arange(n), position].astype("int32"), position
 
 
 def soft_weights(layer, x):

@@ -1,0 +1,1 @@
+"""Runnable examples and the small tasks and models that scripts and tests share."""
