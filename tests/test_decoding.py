@@ -124,6 +124,25 @@ def test_beam_width_one_is_greedy():
     np.testing.assert_allclose(beam["scores"][:, 0], greedy["scores"], rtol=1e-6)
 
 
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_num_beams_at_run_time_equals_that_static_width(width):
+    """beam_width=4 buffers with num_beams=w give beam search of width w."""
+    starts = np.array([C, START, A])
+    step = history_step(LOGP, 6)
+    static = npy(beam_search(step, history_state(3 * width, 6), starts, END, 6, width))
+    dynamic = npy(
+        beam_search(
+            step, history_state(12, 6), starts, END, 6, 4, num_beams=np.int32(width)
+        )
+    )
+    for key in ("tokens", "lengths", "alignments"):
+        np.testing.assert_array_equal(dynamic[key][:, :width], static[key])
+    np.testing.assert_allclose(
+        dynamic["scores"][:, :width], static["scores"], rtol=1e-6
+    )
+    assert (dynamic["scores"][:, width:] < -1e8).all()
+
+
 def test_length_penalty_changes_the_ranking_by_the_formula():
     step = bigram_step(LOGP2)
     start = np.array([START])

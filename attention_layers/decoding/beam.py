@@ -75,6 +75,7 @@ def beam_search(
     beam_width,
     length_penalty=0.0,
     coverage_penalty=0.0,
+    num_beams=None,
 ):
     """Beam search with GNMT's length and coverage penalties, n-best output.
 
@@ -111,6 +112,11 @@ def beam_search(
             step function that returns alignments; with a Python number
             other than 0 and no alignments this raises a ``ValueError``, a
             tensor is then ignored.
+        num_beams: None, or an int scalar tensor ``1 <= num_beams <=
+            beam_width`` chosen at run time (a serving input): only the
+            ``num_beams`` best candidates survive each step, which is beam
+            search of that width inside buffers of ``beam_width``. The
+            hypotheses past ``num_beams`` come last with score ``-1e9``.
 
     Returns:
         A dict, hypotheses sorted best first: ``tokens [B, K, max_length]``
@@ -171,6 +177,8 @@ def beam_search(
             score = score + ops.expand_dims(cp, 1)
         best, index = ops.top_k(ops.reshape(score, (-1, k * vocab)), k)  # [B, K]
         index = ops.cast(index, "int32")
+        if live is not None:  # candidates ranked past num_beams die here
+            best = ops.where(live, best, NEG_INF)
         parent = ops.reshape(index // vocab + offsets, (-1,))  # [N], flat
         ids = ops.reshape(index % vocab, (-1,))
         total = ops.take_along_axis(ops.reshape(total, (-1, k * vocab)), index, 1)
@@ -178,11 +186,17 @@ def beam_search(
         def gather(x):
             return ops.take(x, parent, axis=0)
 
+        finished = ops.logical_or(gather(finished), ids == end_id)
+        if live is not None:
+            total = ops.where(live, total, NEG_INF)
+            dead = ops.logical_and(ops.logical_not(live), index >= 0)  # [B, K]
+            finished = ops.logical_or(finished, ops.reshape(dead, (-1,)))
+
         new = {
             "t": t + 1,
             "ids": ids,
             "state": keras.tree.map_structure(gather, state),
-            "finished": ops.logical_or(gather(finished), ids == end_id),
+            "finished": finished,
             "lengths": gather(lengths),
             "log_probs": ops.reshape(total, (-1,)),
             "scores": ops.reshape(best, (-1,)),
@@ -203,6 +217,11 @@ def beam_search(
                 f"{fn_name}: `coverage_penalty` needs a step function that "
                 "returns alignments; this one returns None."
             )
+    live = None
+    if num_beams is not None:  # [1, K]: True for the ranks that survive
+        live = ops.expand_dims(ops.arange(k, dtype="int32"), 0) < ops.cast(
+            num_beams, "int32"
+        )
     alpha = ops.cast(length_penalty, "float32")
     beta = ops.cast(coverage_penalty, "float32")
     n = ops.shape(ids)[0]
