@@ -10,14 +10,14 @@ PYTEST := $(BIN)/python -m pytest -p no:randomly
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,docs]"
+	$(BIN)/pip install --quiet -e ".[dev,docs,pipelines]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-## demo: train the dates model with BahdanauAttention, export it, serve it.
+## demo: the translation pipeline on bundled data: train, evaluate, export, translate.
 demo: $(STAMP)
-	$(BIN)/python examples/dates_demo.py --out runs/dates
+	$(BIN)/attention-pipelines translation demo --config dates --run-dir runs/dates
 
 ## test: lint, then the whole default suite on TensorFlow and on JAX.
 test: $(STAMP) lint

@@ -3,12 +3,19 @@ from setuptools import find_packages, setup
 setup(
     name="attention-layers",
     version="0.1.0",
-    description="Keras 3 attention layers: Bahdanau, Luong, dot-product, pooling.",
+    description=(
+        "Keras 3 attention layers (Bahdanau, Luong, local, hard, multi-head) and "
+        "reference pipelines that train, evaluate and export them for TF Serving."
+    ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["attention_layers", "attention_layers.*"]),
+    packages=find_packages(
+        include=["attention_layers", "attention_layers.*", "pipelines", "pipelines.*"]
+    ),
+    package_data={"pipelines": ["data/*.tsv.gz", "core/*.txt"]},
+    entry_points={"console_scripts": ["attention-pipelines=pipelines.cli:main"]},
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "keras>=3.15",
@@ -24,7 +31,15 @@ setup(
             "matplotlib",
             "babel",
         ],
-        "demo": ["matplotlib", "babel"],
+        # The reference pipelines (pipelines/): metrics, plots, data, serving.
+        "pipelines": [
+            "matplotlib",
+            "babel",
+            "pyyaml",
+            "sacrebleu>=2.4",
+            "tensorboard>=2.21,<2.22",
+            "tensorflow-serving-api>=2.21,<2.22",
+        ],
         "bench": ["keras-hub"],  # the peer samplers of benchmarks/bench_decoding.py
         "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],
     },

@@ -1,0 +1,1 @@
+"""Reference pipelines built on attention_layers."""

@@ -1,0 +1,170 @@
+"""Strings in, translations out: tokenizers + model + in-graph decoding.
+
+`Translator` is a ``tf.Module`` holding the two tokenizers and the model. Its
+``translate`` runs tokenization, the encoder, greedy search (``beam_width``
+1) or beam search (``beam_width`` 2 and up, at most ``decode.beam_width``,
+chosen at run time) and detokenization inside one graph; the same functions
+become the SavedModel signatures (`export_signatures`).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from attention_layers.decoding import (
+    beam_search,
+    gnmt_length_penalty,
+    greedy_search,
+    tile_beams,
+)
+from pipelines.core.text import END, PAD, START
+
+
+class Translator(tf.Module):
+    def __init__(self, model, source_tokenizer, target_tokenizer, config):
+        super().__init__(name="translator")
+        self.model = model
+        self.trainer = model.trainer
+        # The backend tf.Variables themselves: without them the SavedModel
+        # loads in TF2 but not in the session loader of TF Serving and
+        # saved_model_cli ("Could not find variable ...").
+        self.model_variables = [v.value for v in model.trainer.variables]
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.max_source = config.tokenizer.max_source_tokens
+        self.max_length = config.tokenizer.max_target_tokens + 1  # + [END]
+        self.max_beams = config.decode.beam_width
+        self.default_beam_width = config.decode.default_beam_width
+        self.default_length_penalty = config.decode.length_penalty
+
+    # -- pieces -----------------------------------------------------------
+    def source_ids(self, strings) -> tf.Tensor:
+        """``[B, S]`` int32 ids, cut at ``max_source_tokens``, 0-padded."""
+        ids = self.source_tokenizer.tokenize(strings)[:, : self.max_source]
+        ids = ids.to_tensor(default_value=PAD)
+        # An all-empty batch still gets one (padding) column.
+        return tf.pad(ids, [[0, 0], [0, 1]])[:, : tf.maximum(tf.shape(ids)[1], 1)]
+
+    def decode_ids(self, source_ids, beam_width, length_penalty) -> dict:
+        """Token ids, scores, lengths and alignments of the best hypothesis.
+
+        ``beam_width`` (int32 scalar) 1 runs greedy search, more runs beam
+        search with that many beams; scores are ``log P(Y|X) / lp(Y)``.
+        """
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        beam_width = tf.clip_by_value(tf.cast(beam_width, tf.int32), 1, self.max_beams)
+        alpha = tf.cast(length_penalty, tf.float32)
+        encoded = self.model.encode(source_ids)
+        batch = tf.shape(source_ids)[0]
+        source_length = tf.shape(source_ids)[1]
+        start = tf.fill([batch], START)
+
+        def with_alignments(out):
+            if "alignments" not in out:
+                shape = tf.concat([tf.shape(out["tokens"]), [source_length]], 0)
+                out["alignments"] = tf.zeros(shape, tf.float32)
+            return out
+
+        def greedy():
+            out = greedy_search(
+                self.model.step_fn(encoded),
+                self.model.initial_state(encoded),
+                start,
+                end_id=END,
+                max_length=self.max_length,
+            )
+            out = with_alignments(dict(out))
+            lp = gnmt_length_penalty(out["lengths"], alpha)
+            return {
+                "tokens": out["tokens"],
+                "scores": out["scores"] / lp,
+                "lengths": out["lengths"],
+                "alignments": out["alignments"],
+            }
+
+        def beam():
+            tiled = tile_beams(encoded, self.max_beams)
+            out = beam_search(
+                self.model.step_fn(tiled),
+                self.model.initial_state(tiled),
+                start,
+                end_id=END,
+                max_length=self.max_length,
+                beam_width=self.max_beams,
+                length_penalty=alpha,
+                num_beams=beam_width,
+            )
+            out = with_alignments(dict(out))
+            return {
+                k: out[k][:, 0] for k in ("tokens", "scores", "lengths", "alignments")
+            }
+
+        if self.max_beams == 1:
+            return greedy()
+        return tf.cond(beam_width <= 1, greedy, beam)
+
+    def traced_translate(self):
+        """`translate` as one ``tf.function`` (traced once, reused for any batch)."""
+        if not hasattr(self, "_traced"):
+            self._traced = tf.function(
+                self.translate,
+                input_signature=[
+                    tf.TensorSpec([None], tf.string),
+                    tf.TensorSpec([], tf.int32),
+                    tf.TensorSpec([], tf.float32),
+                ],
+            )
+        return self._traced
+
+    def translate(self, strings, beam_width=None, length_penalty=None) -> dict:
+        """Translations and what explains them, for a batch of strings."""
+        if beam_width is None:
+            beam_width = self.default_beam_width
+        if length_penalty is None:
+            length_penalty = self.default_length_penalty
+        source_ids = self.source_ids(strings)
+        out = self.decode_ids(source_ids, beam_width, length_penalty)
+        tokens = out["tokens"]
+        return {
+            "translation": self.target_tokenizer.detokenize(tokens),
+            "score": out["scores"],
+            "length": out["lengths"],
+            "alignment": out["alignments"],
+            "source_tokens": self.source_tokenizer.id_to_token(source_ids),
+            "target_tokens": self.target_tokenizer.id_to_token(tokens),
+        }
+
+
+def export_signatures(translator: Translator) -> dict:
+    """``serving_default`` (raw strings) and ``translate_ids`` (token ids).
+
+    ``beam_width`` and ``length_penalty`` have defaults in the SignatureDef
+    (``PlaceholderWithDefault``), so a client may leave them out.
+    """
+    beams = tf.constant(translator.default_beam_width, tf.int32)
+    alpha = tf.constant(translator.default_length_penalty, tf.float32)
+    options = [
+        tf.TensorSpec([], tf.int32, name="beam_width"),
+        tf.TensorSpec([], tf.float32, name="length_penalty"),
+    ]
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.string, name="source")] + options
+    )
+    def serving_default(source, beam_width=beams, length_penalty=alpha):
+        return translator.translate(source, beam_width, length_penalty)
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")]
+        + options
+    )
+    def translate_ids(source_ids, beam_width=beams, length_penalty=alpha):
+        out = translator.decode_ids(source_ids, beam_width, length_penalty)
+        return {
+            "target_ids": out["tokens"],
+            "score": out["scores"],
+            "length": out["lengths"],
+            "alignment": out["alignments"],
+        }
+
+    return {"serving_default": serving_default, "translate_ids": translate_ids}
