@@ -39,6 +39,9 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_local
 	$(BIN)/python -m benchmarks.bench_decoding
 	$(BIN)/python -m benchmarks.hard_variance
+	$(BIN)/python -m benchmarks.bench_multi_head
+	$(BIN)/python -m benchmarks.bench_memory
+	$(BIN)/python -m benchmarks.bench_transformer_decoding
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict

@@ -6,9 +6,19 @@ from attention_layers.hard import HardAttention, ReinforceLoss
 from attention_layers.local import LocalAttention
 from attention_layers.luong import LuongAttention
 from attention_layers.masking import masked_softmax, merge_masks
+from attention_layers.multi_head import MultiHeadAttention
 from attention_layers.pooling import AttentionPooling
+from attention_layers.positional import (
+    PositionEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionEncoding,
+)
 from attention_layers.recurrent import AttentionDecoder, AttentionRNNCell
 from attention_layers.scaled_dot import ScaledDotProductAttention
+from attention_layers.transformer import (
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 
 __version__ = "0.1.0"
 
@@ -20,9 +30,15 @@ __all__ = [
     "HardAttention",
     "LocalAttention",
     "LuongAttention",
+    "MultiHeadAttention",
+    "PositionEmbedding",
     "ReinforceLoss",
+    "RotaryEmbedding",
     "ScaledDotProductAttention",
     "ScoreAttention",
+    "SinusoidalPositionEncoding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
     "additive_scores",
     "masked_softmax",
     "merge_masks",

@@ -7,6 +7,7 @@ import keras
 import attention_layers as al
 from tests.cases_hard import CASES as HARD_CASES
 from tests.cases_local import CASES as LOCAL_CASES
+from tests.cases_multi_head import CASES as MULTI_HEAD_CASES
 from tests.contract import Case
 
 CASES = [
@@ -75,7 +76,7 @@ CASES += [
         output_is_context=False,
     ),
 ]
-CASES += LOCAL_CASES + HARD_CASES
+CASES += LOCAL_CASES + HARD_CASES + MULTI_HEAD_CASES
 
 SCORE_CASES = [c for c in CASES if c.kind == "score"]
 

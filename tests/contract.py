@@ -51,6 +51,10 @@ class Case:
     # also carries its recurrent state): a fully masked memory then zeroes
     # the weights but not the output.
     output_is_context: bool = True
+    # The axis of a heads dimension in the weights (1 for [B, H, Tq, Tv]), or
+    # None for [B, Tq, Tv]; checks that index the query axis fold it into the
+    # batch.
+    heads_axis: int | None = None
 
     def make(self, **kwargs):
         return self.factory(**kwargs)
@@ -106,6 +110,13 @@ class Case:
 
     def feed(self, with_masks=True):
         return {**self.arrays(), **(self.masks() if with_masks else {})}
+
+    def query_major(self, weights):
+        """``weights`` as ``[batch, Tq, Tv]``, a heads axis folded into the batch."""
+        if self.heads_axis is None:
+            return weights
+        weights = np.moveaxis(weights, self.heads_axis, 1)
+        return weights.reshape((-1,) + weights.shape[2:])
 
 
 def built(case, **kwargs):
@@ -287,6 +298,8 @@ def check_causal(case):
     perturbed["value"][:, -1] += 10.0
     a = case.outputs(layer, arrays, use_causal_mask=True)
     b = case.outputs(layer, perturbed, use_causal_mask=True)
+    a = (a[0], case.query_major(a[1]))
+    b = (b[0], case.query_major(b[1]))
     # With Tq <= Tv the queries are the last Tq positions: only the last query
     # sees the last value.
     np.testing.assert_array_equal(a[0][:, :-1], b[0][:, :-1])

@@ -10,9 +10,15 @@ PUBLIC = [
     "HardAttention",
     "LocalAttention",
     "LuongAttention",
+    "MultiHeadAttention",
+    "PositionEmbedding",
     "ReinforceLoss",
+    "RotaryEmbedding",
     "ScaledDotProductAttention",
     "ScoreAttention",
+    "SinusoidalPositionEncoding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
     "additive_scores",
     "masked_softmax",
     "merge_masks",
@@ -46,6 +52,8 @@ DECODING = [
     "rnn_step_fn",
     "sample",
     "tile_beams",
+    "transformer_initial_state",
+    "transformer_step_fn",
 ]
 
 

@@ -4,6 +4,8 @@
   ``local_p``): a bidirectional GRU encoder and an `AttentionDecoder` (GRU
   cell, the attention, input feeding optional) started from the encoder's
   final states (Bahdanau et al. 2015; Luong et al. 2015).
+* ``transformer``: pre-norm Transformer blocks with KV-cached decoding
+  (`pipelines.translation.transformer`).
 * ``rnn`` + ``none``: the fixed-vector encoder-decoder (Cho et al. 2014): the
   decoder sees the encoder's final state only, as its initial state and as an
   extra input at every step. The baseline the attention papers argue against.
@@ -87,7 +89,8 @@ class RNNSeq2Seq:
                 self.decoder_cell, return_sequences=True, name="decoder"
             )
             self.readout = keras.layers.Dense(2 * units, activation="tanh", name="out")
-            context = ops.repeat(ops.expand_dims(state, 1), ops.shape(embedded)[1], 1)
+            # [B, 1, D] * [B, T, 1]: the fixed vector at every target step.
+            context = ops.expand_dims(state, 1) * ops.ones_like(embedded[..., :1])
             mask = ops.not_equal(target_in, PAD)
             outputs = self.decoder(
                 ops.concatenate([embedded, context], -1),
@@ -143,10 +146,16 @@ class RNNSeq2Seq:
         return step
 
 
-def build_model(config: ModelConfig, source_vocab: int, target_vocab: int):
-    """The model named by ``config.architecture`` (``rnn`` or ``transformer``)."""
+def build_model(
+    config: ModelConfig, source_vocab: int, target_vocab: int, max_target_length: int
+):
+    """The model named by ``config.architecture`` (``rnn`` or ``transformer``).
+
+    ``max_target_length`` is the most tokens decoding writes (the length of
+    the Transformer's self-attention caches).
+    """
     if config.architecture == "rnn":
         return RNNSeq2Seq(config, source_vocab, target_vocab)
     from pipelines.translation.transformer import TransformerSeq2Seq
 
-    return TransformerSeq2Seq(config, source_vocab, target_vocab)
+    return TransformerSeq2Seq(config, source_vocab, target_vocab, max_target_length)

@@ -17,7 +17,7 @@ A run lives in one folder (``run_dir``)::
 from __future__ import annotations
 
 import json
-import os
+import sys
 import time
 from pathlib import Path
 
@@ -70,13 +70,18 @@ def _ragged_ids(tokenizer, texts: list[str], limit: int) -> tf.RaggedTensor:
 
 
 def make_dataset(
-    pairs, source_tok, target_tok, config, training: bool
+    pairs, source_tok, target_tok, config, training: bool, replicas: int = 1
 ) -> tf.data.Dataset:
     """Teacher-forcing batches ``({"source", "target_in"}, target_out)``.
 
     Pairs are bucketed by source length so that a batch holds sentences of
     similar length (little padding); the target gets ``[START]`` in front of
-    the decoder input and ``[END]`` after the expected output.
+    the decoder input and ``[END]`` after the expected output. Under a
+    strategy with ``replicas`` replicas, every batch is cut to a multiple of
+    ``replicas`` rows (a bucket's last batch loses at most ``replicas - 1``
+    pairs): Keras 3.15 fails on uneven splits (an empty replica breaks the
+    gradient all-reduce; a 7/6 split breaks the first validation batch, which
+    it sums across replicas to build the metrics).
     """
     tok = config.tokenizer
     source = _ragged_ids(source_tok, [s for s, _ in pairs], tok.max_source_tokens)
@@ -100,6 +105,13 @@ def make_dataset(
         padding_values=(PAD, PAD, PAD),
         drop_remainder=False,
     )
+    if replicas > 1:
+
+        def even(*batch):
+            rows = tf.shape(batch[0])[0] // replicas * replicas
+            return tuple(x[:rows] for x in batch)
+
+        data = data.map(even).filter(lambda s, t_in, t_out: tf.shape(s)[0] > 0)
     data = data.map(lambda s, t_in, t_out: ({"source": s, "target_in": t_in}, t_out))
     return data.prefetch(tf.data.AUTOTUNE)
 
@@ -172,14 +184,22 @@ def train(config: config_lib.TranslationConfig, run_dir: str | Path) -> dict:
         f"Vocabularies ({config.tokenizer.kind}): source {source_tok.vocab_size}, "
         f"target {target_tok.vocab_size} ({time.time() - t0:.0f} s)"
     )
-    train_data = make_dataset(splits.train, source_tok, target_tok, config, True)
-    valid_data = make_dataset(splits.valid, source_tok, target_tok, config, False)
-
     strategy = make_strategy(config.train.strategy, config.train.tpu)
     replicas = strategy.num_replicas_in_sync
     print(f"Strategy: {type(strategy).__name__} with {replicas} replica(s)")
+    train_data = make_dataset(
+        splits.train, source_tok, target_tok, config, True, replicas
+    )
+    valid_data = make_dataset(
+        splits.valid, source_tok, target_tok, config, False, replicas
+    )
     with strategy.scope():
-        model = build_model(config.model, source_tok.vocab_size, target_tok.vocab_size)
+        model = build_model(
+            config.model,
+            source_tok.vocab_size,
+            target_tok.vocab_size,
+            config.tokenizer.max_target_tokens + 1,
+        )
         model.trainer.compile(
             optimizer=keras.optimizers.Adam(
                 config.train.learning_rate, clipnorm=config.train.clipnorm
@@ -214,7 +234,7 @@ def train(config: config_lib.TranslationConfig, run_dir: str | Path) -> dict:
         steps_per_epoch=config.train.steps_per_epoch,
         callbacks=callbacks,
         shuffle=False,  # the dataset shuffles itself
-        verbose=1 if os.isatty(1) else 2,
+        verbose=1 if sys.stdout.isatty() else 2,
     )
     losses = history.history.get("loss", [])
     if losses and not np.isfinite(losses[-1]):
@@ -242,7 +262,12 @@ def load_translator(
         )
     config = config_lib.load(str(run_dir / "config.yaml"))
     source_tok, target_tok = tokenizers(run_dir, None, config, create=False)
-    model = build_model(config.model, source_tok.vocab_size, target_tok.vocab_size)
+    model = build_model(
+        config.model,
+        source_tok.vocab_size,
+        target_tok.vocab_size,
+        config.tokenizer.max_target_tokens + 1,
+    )
     model.trainer.load_weights(str(run_dir / WEIGHTS))
     return Translator(model, source_tok, target_tok, config), config
 
@@ -257,7 +282,10 @@ def translate_texts(
     """Translate in batches with one traced graph; outputs as numpy arrays."""
     fn = translator.traced_translate()
     alpha = tf.constant(translator.default_length_penalty, tf.float32)
-    bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
+    bar = None
+    if progress:  # a live bar on a terminal, one line at the end otherwise
+        verbose = 1 if sys.stdout.isatty() else 2
+        bar = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="sentence")
     parts: dict[str, list] = {}
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]

@@ -1,0 +1,748 @@
+"""Multi-head attention: self, causal and cross attention with a KV cache.
+
+Three evaluations of the same attention, chosen per call (``implementation``):
+
+* ``"direct"``: the scores ``[B, H, Tq, Tk]`` are materialised, masked and
+  normalised in float32; the only path that returns them or applies dropout.
+* ``"fused"``: ``keras.ops.dot_product_attention``, the backend's kernel.
+* ``"tiled"``: query blocks times key blocks with an online softmax (a running
+  maximum and sum), each query block rematerialised, so that forward and
+  backward memory grow linearly with the sequence lengths.
+
+Every path has the same mask semantics: masked positions get zero weight, a
+fully masked query row gets zero weights and a zero context (the output is then
+the output projection's bias), and NaN or inf under padding never leaks.
+"""
+
+import math
+from typing import NamedTuple
+
+import keras
+from keras import ops
+
+from attention_layers import masking
+from attention_layers.base import check_float, check_mask_shape, input_error
+from attention_layers.base import static_shape as _static
+
+IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused")
+# Query length times key length past which "auto" tiles: at 1024 x 1024 the
+# scores of a batch of 32 with 8 heads already take 1 GiB in float32.
+DEFAULT_TILE_THRESHOLD = 1 << 20
+DEFAULT_BLOCK_SIZE = 128
+
+
+class _Masks(NamedTuple):
+    """The mask sources of one call, kept apart so that tiles build their own."""
+
+    query: object  # bool [B, Tq] or None
+    kv: object  # bool [B or 1, Tk] or None
+    pair: object  # bool [B, Tq, Tk] or None
+    causal_offset: object  # None, or int / scalar tensor: query i sits at offset + i
+
+
+def _combine(masks, q_pos, k_pos, query=None, kv=None, pair=None):
+    """``[B or 1, tq, tk]`` boolean mask of one tile, or ``None`` (no mask).
+
+    ``q_pos`` / ``k_pos`` are the tile's query and key indices; ``query``,
+    ``kv``, ``pair`` the tile's slices of the mask sources.
+    """
+    mask = None
+
+    def _and(a, b):
+        return b if a is None else ops.logical_and(a, b)
+
+    if query is not None:
+        mask = _and(mask, ops.expand_dims(query, -1))
+    if kv is not None:
+        mask = _and(mask, ops.expand_dims(kv, -2))
+    if pair is not None:
+        mask = _and(mask, pair)
+    if masks.causal_offset is not None:
+        row = ops.expand_dims(q_pos + masks.causal_offset, 1)
+        mask = _and(mask, ops.expand_dims(row >= ops.expand_dims(k_pos, 0), 0))
+    return mask
+
+
+def _zero_steps(x, mask):
+    """Zero the steps (axis 1) of ``x`` ``[B, T, ...]`` where ``mask`` is False."""
+    if mask is None:
+        return x
+    mask = masking.as_bool(mask)
+    while len(mask.shape) < len(x.shape):
+        mask = ops.expand_dims(mask, -1)
+    return ops.where(mask, x, ops.zeros_like(x))
+
+
+def _pad_steps(x, pad, axis=1, value=0):
+    """Pad ``x`` with ``pad`` (int or scalar tensor) entries at the end of ``axis``."""
+    if isinstance(pad, int) and pad == 0:
+        return x
+    widths = [[0, 0] for _ in x.shape]
+    widths[axis] = [0, pad]
+    return ops.pad(x, widths, constant_values=value)
+
+
+def _length(x, axis=1):
+    n = _static(x.shape)[axis]
+    return n if n is not None else ops.shape(x)[axis]
+
+
+def _and_masks(a, b):
+    if a is None:
+        return None if b is None else masking.as_bool(b)
+    if b is None:
+        return masking.as_bool(a)
+    return ops.logical_and(masking.as_bool(a), masking.as_bool(b))
+
+
+def _loop(n, body, state):
+    """``state = body(j, state)`` for ``j`` in ``range(n)``, differentiable.
+
+    JAX differentiates ``fori_loop`` with a static trip count (a scan);
+    TensorFlow under XLA needs ``maximum_iterations`` on the while loop to
+    differentiate it, which ``fori_loop`` does not set.
+    """
+    if keras.backend.backend() == "jax":
+        return ops.fori_loop(0, n, body, state)
+    _, state = ops.while_loop(
+        lambda j, state: j < n,
+        lambda j, state: (j + 1, body(j, state)),
+        (ops.zeros((), "int32"), state),
+        maximum_iterations=n,
+    )
+    return state
+
+
+def tiled_attention(query, key, value, masks, block_size):
+    """Attention over key blocks with an online softmax; ``[B, Tq, H, Dv]`` float32.
+
+    ``query`` ``[B, Tq, H, D]`` (already scaled, score dtype), ``key``
+    ``[B, Tk, H, D]``, ``value`` ``[B, Tk, H, Dv]``. Query blocks of
+    ``block_size`` rows are rematerialised one by one; inside a block a loop
+    over key blocks keeps a running maximum ``m``, sum ``l`` and weighted sum
+    ``acc``, so no more than ``[B, H, block, block]`` scores exist at once.
+    Lengths that are not a multiple of ``block_size`` are padded and masked;
+    unknown lengths (a graph traced with ``None`` lengths) run every query row
+    in one block.
+    """
+    bs = block_size
+    tq, tk = _length(query), _length(key)
+    static_tq = isinstance(tq, int)
+    pad_q, pad_k = (-tq) % bs, (-tk) % bs
+    query = _pad_steps(query, pad_q)
+    key, value = _pad_steps(key, pad_k), _pad_steps(value, pad_k)
+    tk_pad = tk + pad_k
+    # Key padding needs a mask; with neither padding nor any mask the tiles
+    # skip the masking (two selects over every tile) altogether.
+    kv = masks.kv
+    if kv is not None:
+        kv = _pad_steps(kv, pad_k, value=False)
+    if not (isinstance(pad_k, int) and pad_k == 0):
+        valid = ops.expand_dims(ops.arange(tk_pad) < tk, 0)  # [1, Tk_pad]
+        kv = valid if kv is None else ops.logical_and(kv, valid)
+    query_mask = masks.query
+    if query_mask is not None:
+        query_mask = _pad_steps(query_mask, pad_q, value=False)
+    pair = masks.pair
+    if pair is not None:
+        pair = _pad_steps(_pad_steps(pair, pad_q, value=False), pad_k, 2, False)
+
+    batch = ops.shape(key)[0]
+    heads, depth = _static(key.shape)[2:]
+    dv = _static(value.shape)[3]
+    # Heads ahead of steps once here, not in every tile: [B, nk, H, bs, D].
+    key = ops.transpose(
+        ops.reshape(key, (batch, -1, bs, heads, depth)), (0, 1, 3, 2, 4)
+    )
+    value = ops.transpose(
+        ops.reshape(value, (batch, -1, bs, heads, dv)), (0, 1, 3, 2, 4)
+    )
+    if kv is not None:
+        kv = ops.reshape(kv, (ops.shape(kv)[0], -1, bs))  # [B or 1, nk, bs]
+    num_k = tk_pad // bs
+    offset = masks.causal_offset
+    # Static structure of the block's tensor arguments (remat wants tensors).
+    has = (
+        kv is not None,
+        query_mask is not None,
+        pair is not None,
+        offset is not None,
+    )
+
+    # Masks travel as float32: TensorFlow's rematerialisation differentiates
+    # every argument, and has no gradient for booleans.
+    def block(q, q_start, k, v, *extra):
+        extra = list(extra)
+        kv = extra.pop(0) > 0.5 if has[0] else None
+        qm = extra.pop(0) > 0.5 if has[1] else None
+        pr = extra.pop(0) > 0.5 if has[2] else None
+        off = extra.pop(0) if has[3] else None
+        blk = masks._replace(causal_offset=off)
+        rows = _static(q.shape)[1]
+        rows = rows if rows is not None else ops.shape(q)[1]
+        q_pos = q_start + ops.arange(rows)
+        if pr is not None:
+            pr = ops.reshape(pr, (ops.shape(pr)[0], rows, -1, bs))
+        q = ops.transpose(q, (0, 2, 1, 3))  # [B, H, rows, D]
+        m = ops.zeros_like(q[..., 0], "float32") + masking.MASK_FILL
+        total = ops.zeros_like(m)
+        acc = ops.expand_dims(ops.zeros_like(m), -1) * ops.zeros((dv,), "float32")
+
+        def step(j, state):
+            m, total, acc = state
+            kj, vj = ops.take(k, j, axis=1), ops.take(v, j, axis=1)
+            s = ops.matmul(q, ops.swapaxes(ops.cast(kj, q.dtype), -1, -2))
+            s = ops.cast(s, "float32")  # [B, H, rows, bs]
+            tile = _combine(
+                blk,
+                q_pos,
+                j * bs + ops.arange(bs),
+                query=qm,
+                kv=None if kv is None else ops.take(kv, j, axis=1),
+                pair=None if pr is None else ops.take(pr, j, axis=2),
+            )
+            if tile is not None:
+                tile = ops.expand_dims(tile, 1)  # [B, 1, rows, bs]
+                s = ops.where(tile, s, masking.MASK_FILL)
+            m_new = ops.maximum(m, ops.max(s, axis=-1))
+            p = ops.exp(s - ops.expand_dims(m_new, -1))
+            if tile is not None:
+                p = ops.where(tile, p, 0.0)
+            correction = ops.exp(m - m_new)
+            total = total * correction + ops.sum(p, axis=-1)
+            acc = ops.expand_dims(correction, -1) * acc + ops.matmul(
+                p, ops.cast(vj, "float32")
+            )
+            return m_new, total, acc
+
+        m, total, acc = _loop(num_k, step, (m, total, acc))
+        seen = ops.expand_dims(total > 0, -1)
+        out = ops.where(
+            seen, acc / ops.where(seen, ops.expand_dims(total, -1), 1.0), 0.0
+        )
+        return ops.transpose(out, (0, 2, 1, 3))  # [B, rows, H, Dv]
+
+    remat_block = keras.remat(block)
+    kv_float = None if kv is None else ops.cast(kv, "float32")
+
+    def run(start, stop):
+        extra = []
+        if has[0]:
+            extra.append(kv_float)
+        if has[1]:
+            extra.append(ops.cast(query_mask[:, start:stop], "float32"))
+        if has[2]:
+            extra.append(ops.cast(pair[:, start:stop], "float32"))
+        if has[3]:
+            extra.append(ops.convert_to_tensor(offset, "int32"))
+        q_start = ops.convert_to_tensor(start, "int32")
+        return remat_block(query[:, start:stop], q_start, key, value, *extra)
+
+    if not static_tq:
+        out = run(0, None)
+    else:
+        n = tq + pad_q
+        out = ops.concatenate([run(s, s + bs) for s in range(0, n, bs)], axis=1)
+    return out[:, :tq]
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention of Vaswani et al. (2017): self, causal and cross.
+
+    ``head_h = softmax(Q_h K_h^T / sqrt(key_dim)) V_h`` with ``Q_h = q W^Q_h``,
+    ``K_h = k W^K_h``, ``V_h = v W^V_h``, and the output
+    ``concat(head_1..head_H) W^O + b^O``. The weights have the layout and order
+    of ``keras.layers.MultiHeadAttention`` (kernels ``[d_in, H, key_dim]`` and
+    biases ``[H, key_dim]`` for query, key and value; output kernel
+    ``[H, value_dim, d_out]`` and bias ``[d_out]``), so ``set_weights`` copies
+    weights between the two.
+
+    Masks follow the library's contract: a masked position gets zero weight; a
+    fully masked query row gets zero weights and attends to nothing, so its
+    output is the output bias alone (Keras instead spreads it uniformly); NaN
+    under padding never leaks. Scores are normalised in float32 under
+    ``mixed_float16`` and ``mixed_bfloat16``.
+
+    ``implementation`` picks how the attention is evaluated:
+
+    * ``"direct"``: scores materialised; the only path that returns scores or
+      applies dropout.
+    * ``"fused"``: ``keras.ops.dot_product_attention`` (inputs cast to float32
+      under ``mixed_float16``, whose range the product may overflow); needs
+      ``value_dim == key_dim``.
+    * ``"tiled"``: blocks of ``block_size`` queries and keys with an online
+      softmax, each query block rematerialised in the backward pass: memory
+      linear in the lengths; no scores, no dropout.
+    * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
+      else ``"tiled"`` when the static ``Tq * Tk`` exceeds ``tile_threshold``;
+      else ``"fused"`` in float32 when ``value_dim == key_dim`` (the
+      backend kernels want one head size), ``"direct"`` otherwise.
+      Explicit ``"tiled"`` or ``"fused"`` raise where they cannot serve a call.
+
+    Incremental decoding uses a cache ``[B, 2, S, H, key_dim]`` (keys at index
+    0, values at 1; it needs ``value_dim == key_dim``). Self-attention: pass
+    ``cache`` and ``cache_update_index``; the new tokens' keys and values are
+    written at ``[index, index + T)`` and the queries attend over the cache,
+    where slots from ``index + T`` on (not yet written) are masked, and with
+    ``use_causal_mask`` query ``i`` sees slots ``<= index + i``.
+    Cross-attention: pass ``cache=layer.compute_cache(memory)`` and no index.
+
+    Args:
+        num_heads: number of heads ``H``.
+        key_dim: size of each head of the query and key projections.
+        value_dim: size of each head of the value projection; ``None`` means
+            ``key_dim``.
+        dropout: fraction of attention weights dropped in training.
+        use_bias: whether the projections have biases.
+        output_shape: last dimension(s) of the output; ``None`` means the
+            query's last dimension.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        implementation: ``"auto"``, ``"direct"``, ``"tiled"`` or ``"fused"``.
+        tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles (default
+            ``2**20``, e.g. 1024 queries times 1024 keys).
+        block_size: rows and columns of one tile of the tiled path (default 128).
+        seed: dropout seed.
+        **kwargs: base layer arguments (``name``, ``dtype``).
+
+    Call arguments:
+        query: ``[B, Tq, Dq]``.
+        value: ``[B, Tv, Dv]``, the memory; may be ``None`` with a
+            cross-attention ``cache``.
+        key: ``[B, Tv, Dk]``, defaults to ``value``.
+        query_mask: ``[B, Tq]``, True where the query position exists.
+        value_mask: ``[B, Tv]`` (``[B, S]`` over the cache when one is given),
+            True where the memory position may be attended.
+        key_mask: like ``value_mask``, combined with it.
+        attention_mask: ``[B, Tq, Tv]`` (``[B, Tq, S]`` with a cache).
+        return_attention_scores: also return the weights ``[B, H, Tq, Tv]``.
+        training: whether dropout is active.
+        use_causal_mask: query ``i`` attends only to positions
+            ``j <= i + (Tv - Tq)`` (``j <= index + i`` with a self-attention
+            cache).
+        cache: ``[B, 2, S, H, key_dim]`` keys and values, or ``None``.
+        cache_update_index: where the new tokens go in a self-attention
+            cache (Python int or scalar int tensor); ``None`` for a
+            cross-attention cache.
+
+    Returns:
+        ``output`` ``[B, Tq, d_out]``; with ``return_attention_scores=True``
+        ``(output, scores)``; with a cache ``(output, new_cache)`` or
+        ``(output, scores, new_cache)``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = np.random.rand(2, 5, 8).astype("float32")
+    >>> out, scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+    >>> tuple(out.shape), tuple(scores.shape)
+    ((2, 5, 8), (2, 2, 5, 5))
+    >>> cache = layer.empty_cache(batch_size=2, max_length=5)
+    >>> step, cache = layer(x[:, :1], x[:, :1], cache=cache, cache_update_index=0,
+    ...                     use_causal_mask=True)
+    >>> bool(np.allclose(step, out[:, :1], atol=1e-5))
+    True
+
+    References:
+        Vaswani et al. Attention Is All You Need. NeurIPS 2017.
+        https://arxiv.org/abs/1706.03762
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_shape=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        implementation="auto",
+        tile_threshold=DEFAULT_TILE_THRESHOLD,
+        block_size=DEFAULT_BLOCK_SIZE,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+        for name, v in (("num_heads", num_heads), ("key_dim", key_dim)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise self._error(name, "a positive integer", repr(v))
+        if value_dim is not None and (not isinstance(value_dim, int) or value_dim < 1):
+            raise self._error(
+                "value_dim", "a positive integer or None", repr(value_dim)
+            )
+        if not 0.0 <= float(dropout) < 1.0:
+            raise self._error("dropout", "a float in [0, 1)", repr(dropout))
+        if implementation not in IMPLEMENTATIONS:
+            raise self._error(
+                "implementation", f"one of {IMPLEMENTATIONS}", repr(implementation)
+            )
+        for name, v in (("tile_threshold", tile_threshold), ("block_size", block_size)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise self._error(name, "a positive integer", repr(v))
+        if output_shape is not None:
+            dims = (output_shape,) if isinstance(output_shape, int) else output_shape
+            if not all(isinstance(d, int) and d > 0 for d in dims):
+                raise self._error(
+                    "output_shape",
+                    "a positive int or tuple of them",
+                    repr(output_shape),
+                )
+            output_shape = output_shape if isinstance(output_shape, int) else list(dims)
+        if implementation == "fused" and value_dim not in (None, key_dim):
+            # keras.ops.dot_product_attention on JAX needs one head size.
+            raise self._error(
+                "value_dim",
+                f"None or key_dim ({key_dim}) with implementation='fused'",
+                repr(value_dim),
+            )
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim if value_dim is not None else key_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_shape = output_shape
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.implementation = implementation
+        self.tile_threshold = tile_threshold
+        self.block_size = block_size
+        self.seed = seed
+
+    def _error(self, argument, expected, received):
+        return input_error(self, argument, expected, received)
+
+    # -- build -------------------------------------------------------------
+    def _projection(self, name, input_shape, inner):
+        layer = keras.layers.EinsumDense(
+            "abc,cde->abde",
+            output_shape=(None, self.num_heads, inner),
+            bias_axes="de" if self.use_bias else None,
+            kernel_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.kernel_initializer)
+            ),
+            bias_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.bias_initializer)
+            ),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+        layer.build(input_shape)
+        return layer
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        if value_shape is None:
+            raise self._error(
+                "value",
+                "a tensor on the first call (the projections are built from it)",
+                "None",
+            )
+        key_shape = value_shape if key_shape is None else key_shape
+        self._check_shapes(query_shape, value_shape, key_shape)
+        self.query_dense = self._projection("query", query_shape, self.key_dim)
+        self.key_dense = self._projection("key", key_shape, self.key_dim)
+        self.value_dense = self._projection("value", value_shape, self.value_dim)
+        out = self.output_shape
+        out = [query_shape[-1]] if out is None else out
+        out = [out] if isinstance(out, int) else list(out)
+        letters = "efgh"[: len(out)]
+        self.output_dense = keras.layers.EinsumDense(
+            f"abcd,cd{letters}->ab{letters}",
+            output_shape=(None, *out),
+            bias_axes=letters if self.use_bias else None,
+            kernel_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.kernel_initializer)
+            ),
+            bias_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.bias_initializer)
+            ),
+            dtype=self.dtype_policy,
+            name="attention_output",
+        )
+        self.output_dense.build(
+            (query_shape[0], query_shape[1], self.num_heads, self.value_dim)
+        )
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy
+        )
+
+    def _check_shapes(self, query_shape, value_shape, key_shape):
+        q, v, k = _static(query_shape), _static(value_shape), _static(key_shape)
+        rank3 = "a rank-3 tensor [batch, length, dim]"
+        for name, s in (("query", q), ("value", v), ("key", k)):
+            if len(s) != 3:
+                raise self._error(name, rank3, f"shape {s}")
+        if len({q[0], v[0], k[0]} - {None}) > 1:
+            raise self._error(
+                "value",
+                "the same batch size as query and key",
+                f"batch sizes query={q[0]}, value={v[0]}, key={k[0]}",
+            )
+        if None not in (k[1], v[1]) and k[1] != v[1]:
+            raise self._error("key", f"the same length as value ({v[1]})", f"shape {k}")
+
+    # -- cache helpers -----------------------------------------------------
+    def _require_cacheable(self):
+        if self.value_dim != self.key_dim:
+            raise self._error(
+                "cache",
+                f"value_dim == key_dim ({self.key_dim}) for a KV cache",
+                f"value_dim={self.value_dim}",
+            )
+        if not self.built:
+            raise self._error(
+                "cache",
+                "a built layer (call it once, or build it) before using a cache",
+                "an unbuilt layer",
+            )
+
+    def compute_cache(self, value, key=None):
+        """Project a memory once for cross-attention decoding.
+
+        Args:
+            value: ``[B, S, Dv]`` the memory (e.g. the encoder output).
+            key: ``[B, S, Dk]``, defaults to ``value``.
+
+        Returns:
+            ``[B, 2, S, num_heads, key_dim]``: keys at index 0, values at 1, to
+            pass as ``cache`` with ``cache_update_index=None``.
+        """
+        self._require_cacheable()
+        key = value if key is None else key
+        return ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+
+    def empty_cache(self, batch_size, max_length):
+        """Zeros ``[batch_size, 2, max_length, num_heads, key_dim]`` for
+        self-attention decoding, in the compute dtype."""
+        if self.value_dim != self.key_dim:
+            self._require_cacheable()
+        shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
+        return ops.zeros(shape, dtype=self.compute_dtype)
+
+    # -- call ----------------------------------------------------------------
+    def _choose(self, training, return_scores, tq, tk):
+        dropping = bool(self.dropout) and bool(training)
+        impl = self.implementation
+        if impl == "direct":
+            return impl
+        if impl in ("tiled", "fused"):
+            if return_scores:
+                raise self._error(
+                    "return_attention_scores",
+                    f"False with implementation={impl!r}, which never "
+                    "materialises the scores (use 'direct' or 'auto')",
+                    "True",
+                )
+            if dropping:
+                raise self._error(
+                    "training",
+                    f"no dropout with implementation={impl!r} (dropout on "
+                    "the attention weights needs 'direct' or 'auto')",
+                    f"training=True with dropout={self.dropout}",
+                )
+            return impl
+        if return_scores or dropping:
+            return "direct"
+        if None not in (tq, tk) and tq * tk > self.tile_threshold:
+            return "tiled"
+        fused = self.compute_dtype == "float32" and self.value_dim == self.key_dim
+        return "fused" if fused else "direct"
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+    ):
+        cross_cache = cache is not None and cache_update_index is None
+        if cache is None and cache_update_index is not None:
+            raise self._error(
+                "cache", "a cache tensor along with cache_update_index", "None"
+            )
+        if value is None and not cross_cache:
+            raise self._error(
+                "value", "a tensor (None only with a cross-attention cache)", "None"
+            )
+        if key is None:
+            key = value
+        check_float(self, "query", query)
+        if value is not None:
+            self._check_shapes(query.shape, value.shape, key.shape)
+            check_float(self, "value", value)
+            check_float(self, "key", key)
+        elif len(query.shape) != 3:
+            raise self._error(
+                "query", "a rank-3 tensor [batch, length, dim]", f"shape {query.shape}"
+            )
+        batch, tq = _static(query.shape)[:2]
+        if cache is not None:
+            self._require_cacheable()
+            want = (batch, 2, None, self.num_heads, self.key_dim)
+            check_mask_shape(self, "cache", cache, want)
+            tk = _static(cache.shape)[2]
+        else:
+            tk = _static(value.shape)[1]
+        check_mask_shape(self, "query_mask", query_mask, (batch, tq))
+        check_mask_shape(self, "value_mask", value_mask, (batch, tk))
+        check_mask_shape(self, "key_mask", key_mask, (batch, tk))
+        check_mask_shape(self, "attention_mask", attention_mask, (batch, tq, tk))
+        impl = self._choose(training, return_attention_scores, tq, tk)
+
+        query_mask = masking.as_bool(query_mask)
+        kv_mask = _and_masks(value_mask, key_mask)
+        query = _zero_steps(query, query_mask)
+        q = self.query_dense(query)
+        offset = None
+        if cache is None:
+            k = self.key_dense(_zero_steps(key, kv_mask))
+            v = self.value_dense(_zero_steps(value, kv_mask))
+            new_cache = None
+        elif cross_cache:
+            k, v = cache[:, 0], cache[:, 1]
+            new_cache = cache
+        else:
+            index = ops.convert_to_tensor(cache_update_index, "int32")
+            steps = _length(value)
+            new_mask = None
+            if kv_mask is not None:  # the new tokens' slice of the cache mask
+                new_mask = ops.take(kv_mask, index + ops.arange(steps), axis=1)
+            update = ops.stack(
+                [
+                    self.key_dense(_zero_steps(key, new_mask)),
+                    self.value_dense(_zero_steps(value, new_mask)),
+                ],
+                axis=1,
+            )
+            zero = ops.zeros((), "int32")
+            new_cache = ops.slice_update(
+                cache,
+                [zero, zero, index, zero, zero],
+                ops.cast(update, cache.dtype),
+            )
+            k, v = new_cache[:, 0], new_cache[:, 1]
+            written = ops.expand_dims(ops.arange(_length(k)) < index + steps, 0)
+            kv_mask = written if kv_mask is None else ops.logical_and(kv_mask, written)
+            if use_causal_mask:
+                offset = index
+        if cache is not None:
+            k = _zero_steps(k, kv_mask)
+            v = _zero_steps(v, kv_mask)
+        if use_causal_mask and offset is None:
+            offset = _length(k) - _length(q)
+        masks = _Masks(
+            query_mask,
+            kv_mask,
+            masking.as_bool(attention_mask),
+            offset,
+        )
+
+        if impl == "tiled":
+            context, scores = self._tiled(q, k, v, masks), None
+        elif impl == "fused":
+            context, scores = self._fused(q, k, v, masks), None
+        else:
+            context, scores = self._direct(q, k, v, masks, training)
+        output = self.output_dense(ops.cast(context, self.compute_dtype))
+        result = (output, scores) if return_attention_scores else (output,)
+        if cache is not None:
+            result += (new_cache,)
+        return result[0] if len(result) == 1 else result
+
+    def _score_dtype(self):
+        # q . k overflows float16 at a few hundred times unit scale.
+        return "float32" if self.compute_dtype == "float16" else self.compute_dtype
+
+    def _scaled_query(self, q):
+        dtype = self._score_dtype()
+        return ops.cast(q, dtype) * ops.cast(1.0 / math.sqrt(self.key_dim), dtype)
+
+    def _dense_mask(self, q, k, masks):
+        """The whole ``[B, Tq, Tk]`` boolean mask, or ``None``."""
+        tq, tk = _length(q), _length(k)
+        mask = _combine(
+            masks,
+            ops.arange(tq),
+            ops.arange(tk),
+            query=masks.query,
+            kv=masks.kv,
+            pair=masks.pair,
+        )
+        if mask is None:
+            return None
+        shape = ops.shape(mask)
+        batch = ops.shape(q)[0] if _static(shape)[0] in (None, 1) else shape[0]
+        return ops.broadcast_to(mask, (batch, tq, tk))
+
+    def _direct(self, q, k, v, masks, training):
+        dtype = self._score_dtype()
+        scores = ops.einsum(
+            "bqhd,bkhd->bhqk", self._scaled_query(q), ops.cast(k, dtype)
+        )
+        mask = self._dense_mask(q, k, masks)
+        if mask is not None:
+            mask = ops.expand_dims(mask, 1)
+        weights = ops.cast(masking.masked_softmax(scores, mask), self.compute_dtype)
+        dropped = weights
+        if self.dropout:
+            dropped = self.dropout_layer(weights, training=training)
+        context = ops.einsum(
+            "bhqk,bkhd->bqhd", dropped, ops.cast(v, self.compute_dtype)
+        )
+        return context, weights
+
+    def _fused(self, q, k, v, masks):
+        dtype = "float32" if self.compute_dtype == "float16" else self.compute_dtype
+        mask = self._dense_mask(q, k, masks)
+        rows = None
+        if mask is not None:
+            # A fully masked row would get uniform weights from the kernel:
+            # let it attend everywhere (finite values and gradients), then zero
+            # its context.
+            rows = ops.any(mask, axis=-1)  # [B, Tq]
+            mask = ops.logical_or(mask, ops.expand_dims(ops.logical_not(rows), -1))
+            mask = ops.expand_dims(mask, 1)
+        context = ops.dot_product_attention(
+            ops.cast(q, dtype),
+            ops.cast(k, dtype),
+            ops.cast(v, dtype),
+            mask=mask,
+            scale=1.0 / math.sqrt(self.key_dim),
+        )
+        return _zero_steps(context, rows)
+
+    def _tiled(self, q, k, v, masks):
+        return tiled_attention(self._scaled_query(q), k, v, masks, self.block_size)
+
+    def compute_mask(self, query, previous_mask=None):
+        # The output has the query's time steps, hence the query's mask.
+        return previous_mask
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "key_dim": self.key_dim,
+            "value_dim": self.value_dim,
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+            "output_shape": self.output_shape,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "implementation": self.implementation,
+            "tile_threshold": self.tile_threshold,
+            "block_size": self.block_size,
+            "seed": self.seed,
+        }
