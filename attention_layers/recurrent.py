@@ -341,28 +341,48 @@ class AttentionDecoder(keras.layers.Layer):
         # differentiable on every backend (Keras' TensorFlow scan sets no
         # maximum_iterations, which XLA needs for the gradient), and made of
         # stock ops that TF Serving runs.
+        #
+        # Without input feeding the attention does not feed back into the
+        # recurrence, so only the wrapped cell runs step by step and the
+        # attention runs once over all the steps afterwards (same numbers,
+        # and the keys are projected once instead of once per step).
+        feeding = self.cell.input_feeding
         length = ops.shape(steps)[0]
-        outputs = ops.zeros((length, batch, self.cell.output_size), self.compute_dtype)
-        alignments = ops.zeros((length, batch, ops.shape(value)[1]), self.compute_dtype)
+        width = self.cell.output_size if feeding else self.cell.units
+        outputs = ops.zeros((length, batch, width), self.compute_dtype)
+        if feeding:
+            alignments = ops.zeros(
+                (length, batch, ops.shape(value)[1]), self.compute_dtype
+            )
+        else:
+            alignments = ops.zeros((1,), self.compute_dtype)  # unused
         time = ops.arange(length, dtype="int32")
 
         def body(i, states, outputs, alignments):
             x = ops.take(steps, i, axis=0)
             m = ops.expand_dims(ops.take(keep, i, axis=0), -1)
-            out, new_states, weights = self.cell(
-                x, states, value, memory_mask=value_mask, training=training
-            )
+            if feeding:
+                out, new_states, weights = self.cell(
+                    x, states, value, memory_mask=value_mask, training=training
+                )
+            else:
+                out, new_states = self.cell.cell(x, list(states), training=training)
+                if not isinstance(new_states, (list, tuple)):
+                    new_states = [new_states]
             new_states = [
                 ops.where(m, n, o) for n, o in zip(new_states, states, strict=True)
             ]
             here = ops.reshape(ops.equal(time, i), (-1, 1, 1))
             outputs = ops.where(
-                ops.logical_and(here, m), ops.expand_dims(out, 0), outputs
+                ops.logical_and(here, m),
+                ops.expand_dims(ops.cast(out, outputs.dtype), 0),
+                outputs,
             )
-            weights = ops.cast(weights, alignments.dtype)
-            alignments = ops.where(
-                ops.logical_and(here, m), ops.expand_dims(weights, 0), alignments
-            )
+            if feeding:
+                weights = ops.cast(weights, alignments.dtype)
+                alignments = ops.where(
+                    ops.logical_and(here, m), ops.expand_dims(weights, 0), alignments
+                )
             return i + 1, new_states, outputs, alignments
 
         init = (states, outputs, alignments)
@@ -381,6 +401,10 @@ class AttentionDecoder(keras.layers.Layer):
                 (ops.convert_to_tensor(0, "int32"), *init),
                 maximum_iterations=static_shape(query.shape)[1],
             )
+        if not feeding:
+            outputs, alignments = self._attend_all(
+                outputs, keep, value, value_mask, training
+            )
         outputs = ops.transpose(outputs, (1, 0, 2))
         results = [outputs]
         if return_attention_scores:
@@ -388,6 +412,31 @@ class AttentionDecoder(keras.layers.Layer):
         if return_state:
             results.append(list(final))
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _attend_all(self, states, keep, value, value_mask, training):
+        """Attention over every decoder state at once (no input feeding).
+
+        ``states`` and ``keep`` are time major; returns time-major outputs
+        and alignments, zero on masked steps like the step-by-step path.
+        """
+        cell = self.cell
+        z = ops.transpose(states, (1, 0, 2))  # [B, T, units]
+        query_mask = ops.transpose(keep, (1, 0))
+        context, weights = cell.attention(
+            z,
+            value,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            return_attention_scores=True,
+            training=training,
+        )
+        out = ops.concatenate([z, ops.cast(context, z.dtype)], axis=-1)
+        if cell.output_units:
+            out = cell.output_dense(out)
+        m = ops.expand_dims(query_mask, -1)
+        out = ops.where(m, out, 0.0)
+        weights = ops.where(m, ops.cast(weights, self.compute_dtype), 0.0)
+        return ops.transpose(out, (1, 0, 2)), ops.transpose(weights, (1, 0, 2))
 
     def compute_output_spec(
         self,

@@ -47,13 +47,14 @@ CASES = [
 ]
 
 
-def attention_decoder(cell=None, dtype=None, **kwargs):
+def attention_decoder(cell=None, dtype=None, input_feeding=True, **kwargs):
     """An AttentionDecoder whose sublayers share its dtype policy."""
     if cell is None:
         cell = al.AttentionRNNCell(
             keras.layers.GRUCell(8, dtype=dtype),
             al.BahdanauAttention(units=4, dtype=dtype),
             output_units=7,
+            input_feeding=input_feeding,
             dtype=dtype,
         )
     return al.AttentionDecoder(cell, dtype=dtype, **kwargs)
@@ -67,6 +68,14 @@ CASES += [
         kind="decoder",
         output_is_context=False,
         bad_ctor=[({"cell": keras.layers.GRUCell(3)}, "cell")],
+    ),
+    Case(
+        # No input feeding: the attention runs once over all decoder states.
+        "attention_decoder_no_feeding",
+        partial(attention_decoder, input_feeding=False),
+        query_dim=5,
+        kind="decoder",
+        output_is_context=False,
     ),
     Case(
         "attention_decoder_learned_state",

@@ -36,6 +36,46 @@ def test_decoder_equals_cell_loop(cell_cls, input_feeding):
     assert (np.asarray(alignments)[0, :, 4:] == 0).all()
 
 
+@pytest.mark.parametrize(
+    "attention",
+    [
+        lambda: al.LuongAttention("general"),
+        lambda: al.LuongAttention("concat", units=4),
+        lambda: al.LocalAttention(mode="predictive", window=2, units=4),
+    ],
+    ids=["luong_general", "luong_concat", "local_p"],
+)
+def test_without_input_feeding_attention_over_all_steps_equals_the_loop(attention):
+    """No input feeding: the attention runs once over all steps, as the cell would."""
+    cell = AttentionRNNCell(
+        keras.layers.GRUCell(8), attention(), output_units=7, input_feeding=False
+    )
+    decoder = AttentionDecoder(cell)
+    query_mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    h0 = RNG.normal(size=(2, 8)).astype("float32")
+    outputs, alignments, final = decoder(
+        TARGET,
+        MEMORY,
+        query_mask=query_mask,
+        value_mask=MEMORY_MASK,
+        initial_state=[h0],
+        return_attention_scores=True,
+        return_state=True,
+    )
+    states = decoder.initial_states(2, [h0])
+    for t in range(TARGET.shape[1]):
+        out, new, weights = cell(TARGET[:, t], states, MEMORY, memory_mask=MEMORY_MASK)
+        keep = query_mask[:, t : t + 1]
+        states = [np.where(keep, n, o) for n, o in zip(new, states, strict=True)]
+        np.testing.assert_allclose(
+            outputs[:, t], np.where(keep, out, 0), rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            alignments[:, t], np.where(keep, weights, 0), rtol=1e-5, atol=1e-6
+        )
+    np.testing.assert_allclose(final[0], states[0], rtol=1e-5, atol=1e-6)
+
+
 def test_step_formula_by_hand():
     """o_i = tanh(W_o [z_i; c_i]) with z_i the GRU state and c_i Bahdanau's context."""
     cell = AttentionRNNCell(
