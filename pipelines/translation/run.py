@@ -69,6 +69,18 @@ def _ragged_ids(tokenizer, texts: list[str], limit: int) -> tf.RaggedTensor:
     return tf.concat(ids, 0)[:, :limit]
 
 
+def _source_length(source, target_in, target_out):
+    return tf.shape(source)[0]
+
+
+def _not_empty(source, target_in, target_out):
+    return tf.shape(source)[0] > 0
+
+
+def _as_features(source, target_in, target_out):
+    return {"source": source, "target_in": target_in}, target_out
+
+
 def make_dataset(
     pairs, source_tok, target_tok, config, training: bool, replicas: int = 1
 ) -> tf.data.Dataset:
@@ -99,7 +111,7 @@ def make_dataset(
     step = max(4, tok.max_source_tokens // 8)
     boundaries = list(range(step, tok.max_source_tokens + 1, step))
     data = data.bucket_by_sequence_length(
-        lambda s, t_in, t_out: tf.shape(s)[0],
+        _source_length,
         bucket_boundaries=boundaries,
         bucket_batch_sizes=[config.train.batch_size] * (len(boundaries) + 1),
         padding_values=(PAD, PAD, PAD),
@@ -111,8 +123,8 @@ def make_dataset(
             rows = tf.shape(batch[0])[0] // replicas * replicas
             return tuple(x[:rows] for x in batch)
 
-        data = data.map(even).filter(lambda s, t_in, t_out: tf.shape(s)[0] > 0)
-    data = data.map(lambda s, t_in, t_out: ({"source": s, "target_in": t_in}, t_out))
+        data = data.map(even).filter(_not_empty)
+    data = data.map(_as_features)
     return data.prefetch(tf.data.AUTOTUNE)
 
 

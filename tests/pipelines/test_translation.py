@@ -221,6 +221,13 @@ def test_saved_model_cli_runs_with_the_default_inputs(export_dir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for key in ("translation", "score", "alignment", "source_tokens", "target_tokens"):
         assert f"Result for output key {key}:" in proc.stdout, key
+    shown = subprocess.run(
+        [cli_path, "show", "--dir", str(export_dir), "--all"],
+        env=QUIET, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "signature_def['translate_ids']" in shown.stdout
+    for name in ("source_ids", "beam_width", "length_penalty", "target_ids"):
+        assert f"['{name}']" in shown.stdout, name
 
 
 def test_translate_command_uses_the_export_alone(export_dir, tmp_path):
