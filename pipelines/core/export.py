@@ -11,14 +11,12 @@ existing version is never touched.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -158,11 +156,3 @@ def audit_ops(export_dir: str | Path) -> dict[str, list[str]]:
         "tf_text": sorted((used - core) & text),
         "unknown": sorted(used - core - text),
     }
-
-
-def feed_arrays(feed: dict) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in feed.items()}
-
-
-def safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"

@@ -16,6 +16,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def _clean(tokens) -> list[str]:
     out = []
     for t in tokens:
@@ -47,12 +56,7 @@ def alignment_heatmap(
     ax.set_ylabel("output tokens")
     if title:
         ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def bleu_by_length_plot(rows_by_model: dict[str, list[dict]], path: str | Path) -> Path:
@@ -70,9 +74,4 @@ def bleu_by_length_plot(rows_by_model: dict[str, list[dict]], path: str | Path) 
     ax.set_ylabel("BLEU")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
