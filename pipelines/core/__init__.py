@@ -1,0 +1,1 @@
+"""What every pipeline shares: config, strategy, tokenizers, metrics, plots, export."""

@@ -1,0 +1,1 @@
+"""Machine translation: models, training, evaluation and serving."""
