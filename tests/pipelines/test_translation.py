@@ -240,6 +240,7 @@ def test_translate_command_uses_the_export_alone(export_dir, tmp_path):
     assert png.stat().st_size > 2000
 
 
+@pytest.mark.slow  # learns a WordPiece vocabulary and trains: ~40 s
 def test_subword_model_exports_only_serving_ops(tmp_path):
     """A subword (WordPiece) model: its tf-text ops are in TF Serving 2.20's list."""
     run = tmp_path / "bible"
