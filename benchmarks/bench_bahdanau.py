@@ -27,7 +27,6 @@ Usage: ``python -m benchmarks.bench_bahdanau [--pairs N] [--json out.json]``.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -358,18 +357,14 @@ def main(argv=None):
     text += f"\n\nTotal benchmark time: {time.perf_counter() - t0:.0f} s"
     print(text)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": command.strip(),
-                    "environment": env,
-                    "max_abs_diff": diff,
-                    "speed": spd,
-                    "memory": mem,
-                },
-                f,
-                indent=2,
-            )
+        paired.write_json(
+            args.json,
+            command.strip(),
+            env,
+            max_abs_diff=diff,
+            speed=spd,
+            memory=mem,
+        )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,6 @@ Usage: ``python -m benchmarks.bench_decoding [--pairs N] [--jit on|off|both]
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -343,16 +342,12 @@ def main(argv=None):
     modes = {jit: run_mode(jit, args.pairs, args.reps, args.warmup) for jit in jits}
     print(report(command.strip(), env, modes, time.perf_counter() - t0))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": command.strip(),
-                    "environment": env,
-                    "modes": {str(k): v for k, v in modes.items()},
-                },
-                f,
-                indent=2,
-            )
+        paired.write_json(
+            args.json,
+            command.strip(),
+            env,
+            modes={str(k): v for k, v in modes.items()},
+        )
 
 
 if __name__ == "__main__":

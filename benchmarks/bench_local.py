@@ -24,7 +24,6 @@ Usage: ``python -m benchmarks.bench_local [--pairs N] [--reps R] [--json out]``.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -174,12 +173,7 @@ def main(argv=None):
     results = speed(args.pairs, args.reps, args.warmup)
     print(report(command.strip(), env, results, time.perf_counter() - t0))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"command": command.strip(), "environment": env, "speed": results},
-                f,
-                indent=2,
-            )
+        paired.write_json(args.json, command.strip(), env, speed=results)
 
 
 if __name__ == "__main__":

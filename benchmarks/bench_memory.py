@@ -25,7 +25,6 @@ Usage: ``python -m benchmarks.bench_memory [--seq 1024,4096,8192]
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -224,18 +223,12 @@ def main(argv=None):
     text = report(command.strip(), env, seqs, results, args.calls, jit)
     print(text + f"\n\nTotal benchmark time: {time.perf_counter() - t0:.0f} s")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": command.strip(),
-                    "environment": env,
-                    "results": [
-                        {"impl": i, "T": t, **r} for (i, t), r in results.items()
-                    ],
-                },
-                f,
-                indent=2,
-            )
+        paired.write_json(
+            args.json,
+            command.strip(),
+            env,
+            results=[{"impl": i, "T": t, **r} for (i, t), r in results.items()],
+        )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ about 100 s there); a quick run: ``--seq 128,512 --pairs 5``. T >= 2048 runs
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -290,19 +289,15 @@ def main(argv=None):
                 )
     print(report(command.strip(), env, points, impls, time.perf_counter() - t0))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": command.strip(),
-                    "environment": env,
-                    "points": [
-                        {"dtype": d, "jit": j, "T": t, "results": r}
-                        for (d, j, t), r in points.items()
-                    ],
-                },
-                f,
-                indent=2,
-            )
+        paired.write_json(
+            args.json,
+            command.strip(),
+            env,
+            points=[
+                {"dtype": d, "jit": j, "T": t, "results": r}
+                for (d, j, t), r in points.items()
+            ],
+        )
 
 
 if __name__ == "__main__":

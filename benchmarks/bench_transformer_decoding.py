@@ -37,7 +37,6 @@ Usage: ``python -m benchmarks.bench_transformer_decoding [--pairs N]
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -273,16 +272,12 @@ def main(argv=None):
     modes = {jit: run_mode(jit, args.batch, args.pairs, args.warmup) for jit in jits}
     print(report(command.strip(), env, args.batch, modes, time.perf_counter() - t0))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": command.strip(),
-                    "environment": env,
-                    "modes": {str(k): v for k, v in modes.items()},
-                },
-                f,
-                indent=2,
-            )
+        paired.write_json(
+            args.json,
+            command.strip(),
+            env,
+            modes={str(k): v for k, v in modes.items()},
+        )
 
 
 if __name__ == "__main__":

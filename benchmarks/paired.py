@@ -21,6 +21,12 @@ _MARK = "@@PAIRED_RESULT@@ "
 
 
 # -- statistics ------------------------------------------------------------
+def write_json(path, command, env, **results):
+    """The run's command, environment and results as JSON (``--json PATH``)."""
+    with open(path, "w") as f:
+        json.dump({"command": command, "environment": env, **results}, f, indent=2)
+
+
 def summary(values):
     """Median, quartiles, extremes and count of a list of floats."""
     values = sorted(values)
