@@ -6,8 +6,8 @@ Three evaluations of the same attention, chosen per call (``implementation``):
   normalised in float32; the only path that returns them or applies dropout.
 * ``"fused"``: ``keras.ops.dot_product_attention``, the backend's kernel.
 * ``"tiled"``: query blocks times key blocks with an online softmax (a running
-  maximum and sum), each query block rematerialised, so that forward and
-  backward memory grow linearly with the sequence lengths.
+  maximum and sum) and a hand-written backward pass (``attention_layers.tiled``),
+  so that forward and backward memory grow linearly with the sequence lengths.
 
 Every path has the same mask semantics: masked positions get zero weight, a
 fully masked query row gets zero weights and a zero context (the output is then
@@ -15,7 +15,6 @@ the output projection's bias), and NaN or inf under padding never leaks.
 """
 
 import math
-from typing import NamedTuple
 
 import keras
 from keras import ops
@@ -23,44 +22,13 @@ from keras import ops
 from attention_layers import masking
 from attention_layers.base import check_float, check_mask_shape, input_error
 from attention_layers.base import static_shape as _static
+from attention_layers.tiled import Masks, combine, length, tiled_attention
 
 IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused")
 # Query length times key length past which "auto" tiles: at 1024 x 1024 the
 # scores of a batch of 32 with 8 heads already take 1 GiB in float32.
 DEFAULT_TILE_THRESHOLD = 1 << 20
-DEFAULT_BLOCK_SIZE = 128
-
-
-class _Masks(NamedTuple):
-    """The mask sources of one call, kept apart so that tiles build their own."""
-
-    query: object  # bool [B, Tq] or None
-    kv: object  # bool [B or 1, Tk] or None
-    pair: object  # bool [B, Tq, Tk] or None
-    causal_offset: object  # None, or int / scalar tensor: query i sits at offset + i
-
-
-def _combine(masks, q_pos, k_pos, query=None, kv=None, pair=None):
-    """``[B or 1, tq, tk]`` boolean mask of one tile, or ``None`` (no mask).
-
-    ``q_pos`` / ``k_pos`` are the tile's query and key indices; ``query``,
-    ``kv``, ``pair`` the tile's slices of the mask sources.
-    """
-    mask = None
-
-    def _and(a, b):
-        return b if a is None else ops.logical_and(a, b)
-
-    if query is not None:
-        mask = _and(mask, ops.expand_dims(query, -1))
-    if kv is not None:
-        mask = _and(mask, ops.expand_dims(kv, -2))
-    if pair is not None:
-        mask = _and(mask, pair)
-    if masks.causal_offset is not None:
-        row = ops.expand_dims(q_pos + masks.causal_offset, 1)
-        mask = _and(mask, ops.expand_dims(row >= ops.expand_dims(k_pos, 0), 0))
-    return mask
+DEFAULT_BLOCK_SIZE = 256
 
 
 def _zero_steps(x, mask):
@@ -73,177 +41,12 @@ def _zero_steps(x, mask):
     return ops.where(mask, x, ops.zeros_like(x))
 
 
-def _pad_steps(x, pad, axis=1, value=0):
-    """Pad ``x`` with ``pad`` (int or scalar tensor) entries at the end of ``axis``."""
-    if isinstance(pad, int) and pad == 0:
-        return x
-    widths = [[0, 0] for _ in x.shape]
-    widths[axis] = [0, pad]
-    return ops.pad(x, widths, constant_values=value)
-
-
-def _length(x, axis=1):
-    n = _static(x.shape)[axis]
-    return n if n is not None else ops.shape(x)[axis]
-
-
 def _and_masks(a, b):
     if a is None:
         return None if b is None else masking.as_bool(b)
     if b is None:
         return masking.as_bool(a)
     return ops.logical_and(masking.as_bool(a), masking.as_bool(b))
-
-
-def _loop(n, body, state):
-    """``state = body(j, state)`` for ``j`` in ``range(n)``, differentiable.
-
-    JAX differentiates ``fori_loop`` with a static trip count (a scan);
-    TensorFlow under XLA needs ``maximum_iterations`` on the while loop to
-    differentiate it, which ``fori_loop`` does not set.
-    """
-    if keras.backend.backend() == "jax":
-        return ops.fori_loop(0, n, body, state)
-    _, state = ops.while_loop(
-        lambda j, state: j < n,
-        lambda j, state: (j + 1, body(j, state)),
-        (ops.zeros((), "int32"), state),
-        maximum_iterations=n,
-    )
-    return state
-
-
-def tiled_attention(query, key, value, masks, block_size):
-    """Attention over key blocks with an online softmax; ``[B, Tq, H, Dv]`` float32.
-
-    ``query`` ``[B, Tq, H, D]`` (already scaled, score dtype), ``key``
-    ``[B, Tk, H, D]``, ``value`` ``[B, Tk, H, Dv]``. Query blocks of
-    ``block_size`` rows are rematerialised one by one; inside a block a loop
-    over key blocks keeps a running maximum ``m``, sum ``l`` and weighted sum
-    ``acc``, so no more than ``[B, H, block, block]`` scores exist at once.
-    Lengths that are not a multiple of ``block_size`` are padded and masked;
-    unknown lengths (a graph traced with ``None`` lengths) run every query row
-    in one block.
-    """
-    bs = block_size
-    tq, tk = _length(query), _length(key)
-    static_tq = isinstance(tq, int)
-    pad_q, pad_k = (-tq) % bs, (-tk) % bs
-    query = _pad_steps(query, pad_q)
-    key, value = _pad_steps(key, pad_k), _pad_steps(value, pad_k)
-    tk_pad = tk + pad_k
-    # Key padding needs a mask; with neither padding nor any mask the tiles
-    # skip the masking (two selects over every tile) altogether.
-    kv = masks.kv
-    if kv is not None:
-        kv = _pad_steps(kv, pad_k, value=False)
-    if not (isinstance(pad_k, int) and pad_k == 0):
-        valid = ops.expand_dims(ops.arange(tk_pad) < tk, 0)  # [1, Tk_pad]
-        kv = valid if kv is None else ops.logical_and(kv, valid)
-    query_mask = masks.query
-    if query_mask is not None:
-        query_mask = _pad_steps(query_mask, pad_q, value=False)
-    pair = masks.pair
-    if pair is not None:
-        pair = _pad_steps(_pad_steps(pair, pad_q, value=False), pad_k, 2, False)
-
-    batch = ops.shape(key)[0]
-    heads, depth = _static(key.shape)[2:]
-    dv = _static(value.shape)[3]
-    # Heads ahead of steps once here, not in every tile: [B, nk, H, bs, D].
-    key = ops.transpose(
-        ops.reshape(key, (batch, -1, bs, heads, depth)), (0, 1, 3, 2, 4)
-    )
-    value = ops.transpose(
-        ops.reshape(value, (batch, -1, bs, heads, dv)), (0, 1, 3, 2, 4)
-    )
-    if kv is not None:
-        kv = ops.reshape(kv, (ops.shape(kv)[0], -1, bs))  # [B or 1, nk, bs]
-    num_k = tk_pad // bs
-    offset = masks.causal_offset
-    # Static structure of the block's tensor arguments (remat wants tensors).
-    has = (
-        kv is not None,
-        query_mask is not None,
-        pair is not None,
-        offset is not None,
-    )
-
-    # Masks travel as float32: TensorFlow's rematerialisation differentiates
-    # every argument, and has no gradient for booleans.
-    def block(q, q_start, k, v, *extra):
-        extra = list(extra)
-        kv = extra.pop(0) > 0.5 if has[0] else None
-        qm = extra.pop(0) > 0.5 if has[1] else None
-        pr = extra.pop(0) > 0.5 if has[2] else None
-        off = extra.pop(0) if has[3] else None
-        blk = masks._replace(causal_offset=off)
-        rows = _static(q.shape)[1]
-        rows = rows if rows is not None else ops.shape(q)[1]
-        q_pos = q_start + ops.arange(rows)
-        if pr is not None:
-            pr = ops.reshape(pr, (ops.shape(pr)[0], rows, -1, bs))
-        q = ops.transpose(q, (0, 2, 1, 3))  # [B, H, rows, D]
-        m = ops.zeros_like(q[..., 0], "float32") + masking.MASK_FILL
-        total = ops.zeros_like(m)
-        acc = ops.expand_dims(ops.zeros_like(m), -1) * ops.zeros((dv,), "float32")
-
-        def step(j, state):
-            m, total, acc = state
-            kj, vj = ops.take(k, j, axis=1), ops.take(v, j, axis=1)
-            s = ops.matmul(q, ops.swapaxes(ops.cast(kj, q.dtype), -1, -2))
-            s = ops.cast(s, "float32")  # [B, H, rows, bs]
-            tile = _combine(
-                blk,
-                q_pos,
-                j * bs + ops.arange(bs),
-                query=qm,
-                kv=None if kv is None else ops.take(kv, j, axis=1),
-                pair=None if pr is None else ops.take(pr, j, axis=2),
-            )
-            if tile is not None:
-                tile = ops.expand_dims(tile, 1)  # [B, 1, rows, bs]
-                s = ops.where(tile, s, masking.MASK_FILL)
-            m_new = ops.maximum(m, ops.max(s, axis=-1))
-            p = ops.exp(s - ops.expand_dims(m_new, -1))
-            if tile is not None:
-                p = ops.where(tile, p, 0.0)
-            correction = ops.exp(m - m_new)
-            total = total * correction + ops.sum(p, axis=-1)
-            acc = ops.expand_dims(correction, -1) * acc + ops.matmul(
-                p, ops.cast(vj, "float32")
-            )
-            return m_new, total, acc
-
-        m, total, acc = _loop(num_k, step, (m, total, acc))
-        seen = ops.expand_dims(total > 0, -1)
-        out = ops.where(
-            seen, acc / ops.where(seen, ops.expand_dims(total, -1), 1.0), 0.0
-        )
-        return ops.transpose(out, (0, 2, 1, 3))  # [B, rows, H, Dv]
-
-    remat_block = keras.remat(block)
-    kv_float = None if kv is None else ops.cast(kv, "float32")
-
-    def run(start, stop):
-        extra = []
-        if has[0]:
-            extra.append(kv_float)
-        if has[1]:
-            extra.append(ops.cast(query_mask[:, start:stop], "float32"))
-        if has[2]:
-            extra.append(ops.cast(pair[:, start:stop], "float32"))
-        if has[3]:
-            extra.append(ops.convert_to_tensor(offset, "int32"))
-        q_start = ops.convert_to_tensor(start, "int32")
-        return remat_block(query[:, start:stop], q_start, key, value, *extra)
-
-    if not static_tq:
-        out = run(0, None)
-    else:
-        n = tq + pad_q
-        out = ops.concatenate([run(s, s + bs) for s in range(0, n, bs)], axis=1)
-    return out[:, :tq]
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -272,8 +75,8 @@ class MultiHeadAttention(keras.layers.Layer):
       under ``mixed_float16``, whose range the product may overflow); needs
       ``value_dim == key_dim``.
     * ``"tiled"``: blocks of ``block_size`` queries and keys with an online
-      softmax, each query block rematerialised in the backward pass: memory
-      linear in the lengths; no scores, no dropout.
+      softmax and a tiled backward pass: memory linear in the lengths, causal
+      tiles above the diagonal skipped; no scores, no dropout.
     * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
       else ``"tiled"`` when the static ``Tq * Tk`` exceeds ``tile_threshold``;
       else ``"fused"`` in float32 when ``value_dim == key_dim`` (the
@@ -302,7 +105,7 @@ class MultiHeadAttention(keras.layers.Layer):
         implementation: ``"auto"``, ``"direct"``, ``"tiled"`` or ``"fused"``.
         tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles (default
             ``2**20``, e.g. 1024 queries times 1024 keys).
-        block_size: rows and columns of one tile of the tiled path (default 128).
+        block_size: rows and columns of one tile of the tiled path (default 256).
         seed: dropout seed.
         **kwargs: base layer arguments (``name``, ``dtype``).
 
@@ -615,7 +418,7 @@ class MultiHeadAttention(keras.layers.Layer):
             new_cache = cache
         else:
             index = ops.convert_to_tensor(cache_update_index, "int32")
-            steps = _length(value)
+            steps = length(value)
             new_mask = None
             if kv_mask is not None:  # the new tokens' slice of the cache mask
                 new_mask = ops.take(kv_mask, index + ops.arange(steps), axis=1)
@@ -633,7 +436,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 ops.cast(update, cache.dtype),
             )
             k, v = new_cache[:, 0], new_cache[:, 1]
-            written = ops.expand_dims(ops.arange(_length(k)) < index + steps, 0)
+            written = ops.expand_dims(ops.arange(length(k)) < index + steps, 0)
             kv_mask = written if kv_mask is None else ops.logical_and(kv_mask, written)
             if use_causal_mask:
                 offset = index
@@ -641,8 +444,8 @@ class MultiHeadAttention(keras.layers.Layer):
             k = _zero_steps(k, kv_mask)
             v = _zero_steps(v, kv_mask)
         if use_causal_mask and offset is None:
-            offset = _length(k) - _length(q)
-        masks = _Masks(
+            offset = length(k) - length(q)
+        masks = Masks(
             query_mask,
             kv_mask,
             masking.as_bool(attention_mask),
@@ -671,8 +474,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _dense_mask(self, q, k, masks):
         """The whole ``[B, Tq, Tk]`` boolean mask, or ``None``."""
-        tq, tk = _length(q), _length(k)
-        mask = _combine(
+        tq, tk = length(q), length(k)
+        mask = combine(
             masks,
             ops.arange(tq),
             ops.arange(tk),

@@ -6,8 +6,8 @@ and its gradient with respect to ``x`` and the trainable weights, in
 ``tf.function``, ``jit_compile=False`` by default). Candidates:
 
 * ``ours``: ``attention_layers.MultiHeadAttention(implementation="tiled")``:
-  query and key blocks of 128 with an online softmax, each query block
-  rematerialised in the backward pass, so memory should grow linearly in T;
+  tiles of 256 queries x 256 keys with an online softmax and a tiled backward
+  pass (``attention_layers/tiled.py``), so memory should grow linearly in T;
 * ``peer``: ``keras.layers.MultiHeadAttention``, which materialises the
   ``[B, 8, T, T]`` scores (``8 * T * T * 4`` bytes: 2 GiB at T=8192) and keeps
   what the backward pass needs of them, so memory should grow with T^2.

@@ -29,9 +29,10 @@ the forward.
 Usage: ``python -m benchmarks.bench_multi_head [--seq 128,512,2048]
 [--dtypes float32,mixed_bfloat16] [--jit on,off] [--passes fwd,fwd+bwd]
 [--pairs N] [--pairs-large N] [--impls auto,...] [--skip DTYPE:JIT:T:PASS]
-[--json out]``. The defaults took about 23 minutes on 2 shared cores, two
-thirds of it in the T=2048 forward + backward points (XLA compiles ours for
-about 100 s there); a quick run: ``--seq 128,512 --pairs 5``. T >= 2048 runs
+[--causal] [--json out]``; ``--causal`` runs causal self-attention on both
+sides (the FLOP count and efficiency stay those of full attention). The
+defaults take about 20 minutes on 2 shared cores, most of it in the T=2048
+points; a quick run: ``--seq 128,512 --pairs 5``. T >= 2048 runs
 ``--pairs-large`` rounds after one warm-up round.
 """
 
@@ -87,23 +88,27 @@ def build(dtype, impls):
     return layers
 
 
-def compiled(layer, t, mode, jit):
+def compiled(layer, t, mode, jit, causal=False):
     import tensorflow as tf
 
     sig = [tf.TensorSpec((B, t, D), tf.float32)]
+
+    def attend(x):
+        return layer(x, x, use_causal_mask=causal)
+
     if mode == "fwd":
-        return tf.function(lambda x: layer(x, x), input_signature=sig, jit_compile=jit)
+        return tf.function(attend, input_signature=sig, jit_compile=jit)
 
     def step(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            loss = tf.reduce_sum(tf.cast(layer(x, x), tf.float32))
+            loss = tf.reduce_sum(tf.cast(attend(x), tf.float32))
         return loss, tape.gradient(loss, [x, *layer.trainable_weights])
 
     return tf.function(step, input_signature=sig, jit_compile=jit)
 
 
-def run_point(dtype, jit, t, passes, impls, pairs, warmup, skip):
+def run_point(dtype, jit, t, passes, impls, pairs, warmup, skip, causal=False):
     import numpy as np
     import tensorflow as tf
 
@@ -120,7 +125,7 @@ def run_point(dtype, jit, t, passes, impls, pairs, warmup, skip):
             continue
         fns, first, outputs = {}, {}, {}
         for name, layer in layers.items():
-            fn = compiled(layer, t, mode, jit)
+            fn = compiled(layer, t, mode, jit, causal)
             t0 = time.perf_counter()
             out = fn(x)
             out = out if mode == "fwd" else out[0]
@@ -176,14 +181,15 @@ def run_point(dtype, jit, t, passes, impls, pairs, warmup, skip):
     return results
 
 
-def report(command, env, points, impls, elapsed):
+def report(command, env, points, impls, elapsed, causal=False):
     ours = ["ours" if i == "auto" else f"ours_{i}" for i in impls]
     out = [
         "# MultiHeadAttention vs keras.layers.MultiHeadAttention",
         "",
         f"Command: `{command}`",
         "",
-        f"Self-attention, B={B}, d={D}, {HEADS} heads of key_dim {KEY_DIM}; "
+        f"{'Causal self' if causal else 'Self'}-attention, B={B}, d={D}, "
+        f"{HEADS} heads of key_dim {KEY_DIM}; "
         "tf.function with fixed input signatures; ratio = peer time / our time "
         "per round (> 1: ours faster); efficiency = GFLOP/s over the 1024^3 "
         "matmul GFLOP/s (compute dtype) of the same round.",
@@ -260,6 +266,11 @@ def main(argv=None):
         default=",".join(DEFAULT_SKIP),
         help="DTYPE:JIT:T:PASS points to leave out (comma-separated; '' for none)",
     )
+    parser.add_argument(
+        "--causal",
+        action="store_true",
+        help="causal self-attention (use_causal_mask=True) on both sides",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     seqs = _list(args.seq, int)
@@ -286,8 +297,10 @@ def main(argv=None):
                     pairs,
                     args.warmup if t < LARGE_T else 1,
                     skip,
+                    args.causal,
                 )
-    print(report(command.strip(), env, points, impls, time.perf_counter() - t0))
+    elapsed = time.perf_counter() - t0
+    print(report(command.strip(), env, points, impls, elapsed, args.causal))
     if args.json:
         paired.write_json(
             args.json,

@@ -206,6 +206,32 @@ def test_tiled_equals_direct_with_masks_causal_and_gradients(block_size):
             np.testing.assert_allclose(g, w, atol=1e-5, err_msg=str(kwargs))
 
 
+@pytest.mark.parametrize("block_size", [2, 3])
+def test_tiled_causal_with_more_queries_than_keys_and_xla(block_size):
+    # 7 queries over 5 keys: the causal offset is -2, the first two rows see
+    # no key (zero context) and whole tiles are skipped, forward and backward.
+    direct = layer_on("direct")
+    direct(V[..., :3], Q[..., :3])
+    tiled = same_weights(
+        layer_on("tiled", block_size=block_size), direct, V[..., :3], Q[..., :3]
+    )
+    q, v = V[..., :3], Q[..., :3]
+
+    def through(layer):
+        return lambda q, v: layer(q, v, use_causal_mask=True)
+
+    for run in (lambda f: f, compiled):
+        got = to_numpy(run(through(tiled))(q, v))
+        want = to_numpy(through(direct)(q, v))
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    bias = to_numpy(direct.output_dense.bias)
+    np.testing.assert_allclose(got[:, :2], np.broadcast_to(bias, got[:, :2].shape))
+    got = input_grads(through(tiled), q, v)
+    want = input_grads(through(direct), q, v)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+
+
 def test_auto_tiles_long_inputs_and_falls_back_for_scores_and_dropout():
     direct = layer_on("direct", dropout=0.3)
     direct(Q, V)
