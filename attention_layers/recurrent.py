@@ -160,9 +160,13 @@ class AttentionRNNCell(keras.layers.Layer):
     def call(self, inputs, states, memory, memory_mask=None, training=None):
         states = list(states)
         n_cell = len(_state_sizes(self.cell))
-        x = inputs
         if self.input_feeding:
             x = ops.concatenate([inputs, ops.cast(states[-1], inputs.dtype)], axis=-1)
+        else:
+            # A mask attached to one step's input (an Embedding with
+            # mask_zero) means nothing to the cell; Keras would warn that the
+            # cell drops it. A copy carries no mask.
+            x = ops.copy(inputs)
         cell_states = states[:n_cell]
         z, new_cell_states = self.cell(
             x, cell_states if n_cell > 1 else cell_states, training=training

@@ -120,6 +120,30 @@ def test_masked_target_steps_keep_the_state():
     assert (np.asarray(alignments)[0, 2:] == 0).all()
 
 
+@pytest.mark.parametrize("input_feeding", [True, False])
+def test_a_step_from_a_masking_embedding_decodes_without_warnings(input_feeding):
+    # Decoding embeds one token per step with the training Embedding
+    # (mask_zero=True); the wrapped cell must not be handed that mask.
+    import warnings
+
+    from attention_layers.decoding import greedy_search, rnn_step_fn
+
+    cell = AttentionRNNCell(
+        keras.layers.GRUCell(8),
+        al.BahdanauAttention(units=4),
+        input_feeding=input_feeding,
+    )
+    cell.build((2, 5), None, MEMORY.shape)
+    embedding = keras.layers.Embedding(6, 5, mask_zero=True)
+    step = rnn_step_fn(embedding, cell, keras.layers.Dense(6), MEMORY, MEMORY_MASK)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = greedy_search(
+            step, cell.get_initial_state(2), np.array([1, 0]), end_id=2, max_length=3
+        )
+    assert tuple(out["tokens"].shape) == (2, 3)
+
+
 def test_initial_state_and_errors():
     decoder = make_decoder(output_units=7)
     h0 = RNG.normal(size=(2, 8)).astype("float32")
