@@ -217,10 +217,8 @@ def tiled_attention(query, key, value, masks, block_size):
 
             def query_block(i, state):
                 dq, dk, dv = state  # dk, dv key blocks leading: [nk, B, H, bs, D]
-                qi, q32 = (
-                    ops.take(qb, i, axis=1),
-                    ops.cast(ops.take(qb, i, axis=1), "float32"),
-                )
+                qi = ops.take(qb, i, axis=1)
+                q32 = ops.cast(qi, "float32")
                 do_i, lse_i = ops.take(d_out, i, axis=1), ops.take(lse, i, axis=1)
                 delta_i = ops.expand_dims(ops.take(delta, i, axis=1), -1)
                 last = last_key(i)
