@@ -20,9 +20,12 @@ demo: $(STAMP)
 	$(BIN)/attention-pipelines translation demo --config dates --run-dir runs/dates
 
 ## test: lint, then the whole default suite on TensorFlow and on JAX.
+# The tests compare numbers, not speed: XLA's code generation at optimisation
+# level 0 compiles about 1.5x faster (the JAX half: 5:49 instead of 8:26).
+TEST_XLA_FLAGS := --xla_backend_optimization_level=0
 test: $(STAMP) lint
-	$(PYTEST) -n 2 -m "not slow"
-	KERAS_BACKEND=jax $(PYTEST) -n 2 -m "not slow"
+	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"
+	XLA_FLAGS="$(TEST_XLA_FLAGS)" KERAS_BACKEND=jax $(PYTEST) -n 2 -m "not slow"
 
 ## test-slow: real training runs to their stated accuracy.
 test-slow: $(STAMP)
