@@ -194,6 +194,23 @@ def test_coverage_penalty_changes_the_ranking_by_the_formula():
     )
 
 
+def test_penalties_of_zero_as_numbers_or_tensors_agree():
+    # A Python 0 leaves the penalty out of the graph; a tensor 0 computes it.
+    width, length = 3, 4
+    starts = np.array([START, C])
+    step = history_step(LOGP, length)
+
+    def search(alpha, beta):
+        state = history_state(2 * width, length)
+        return npy(beam_search(step, state, starts, END, length, width, alpha, beta))
+
+    plain = search(0.0, 0)
+    zero = ops.convert_to_tensor(0.0)
+    computed = search(zero, zero)
+    for key in plain:
+        np.testing.assert_allclose(plain[key], computed[key], rtol=1e-6, err_msg=key)
+
+
 def test_coverage_penalty_without_alignments_is_an_error():
     with pytest.raises(ValueError, match="coverage_penalty"):
         beam_search(bigram_step(LOGP), (), np.array([0]), END, 3, 2, 0.0, 0.5)

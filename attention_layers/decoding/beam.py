@@ -8,7 +8,7 @@ from attention_layers.decoding.common import (
     as_ids,
     check_positive_int,
     while_not_done,
-    write_at,
+    write_step,
 )
 
 
@@ -66,6 +66,38 @@ def _unflatten(x, beam_width):
     return ops.reshape(x, (-1, beam_width) + tuple(shape[1:]))
 
 
+def _is_zero(value):
+    return isinstance(value, (int, float)) and value == 0
+
+
+def _trace_back(parents):
+    """Row of every step on each final hypothesis' path, ``[N, L]`` int32.
+
+    ``parents[n, t]`` is the flat row at step ``t - 1`` that row ``n`` of step
+    ``t`` extended; the final rows are the hypotheses themselves.
+    """
+    length = parents.shape[1]
+    final = ops.arange(ops.shape(parents)[0], dtype="int32")
+
+    def body(i, carry):
+        row, rows = carry
+        t = length - 1 - i
+        rows = write_step(rows, t, row)
+        return ops.take(ops.take(parents, t, axis=1), row, axis=0), rows
+
+    _, rows = ops.fori_loop(0, length, body, (final, ops.zeros_like(parents)))
+    return rows
+
+
+def _take_rows(buffer, rows):
+    """``out[n, t] = buffer[rows[n, t], t]`` for a ``[N, L, ...]`` buffer."""
+    length = buffer.shape[1]
+    flat = ops.reshape(buffer, (-1,) + tuple(ops.shape(buffer)[2:]))
+    index = rows * length + ops.arange(length, dtype="int32")
+    taken = ops.take(flat, ops.reshape(index, (-1,)), axis=0)
+    return ops.reshape(taken, ops.shape(buffer))
+
+
 def beam_search(
     step_fn,
     initial_state,
@@ -87,13 +119,14 @@ def beam_search(
     finished hypothesis stays in the beam and only extends with ``end_id`` at
     zero cost (its score no longer changes), so it competes with the live
     ones; the loop stops when every hypothesis is finished, or after
-    ``max_length`` steps. The state and the token and alignment buffers are
-    reordered with the beams at every step.
+    ``max_length`` steps. The state and the coverage are reordered with the
+    beams at every step; the tokens and alignments are not: each step writes
+    its row of every buffer once, with the beam it came from (a back-pointer),
+    and the paths are followed back and gathered once after the loop.
 
     All the loop state has static shapes (``[B * beam_width, max_length]``
-    buffers updated by one-hot ``where``), so this compiles with XLA and can
-    be served from a SavedModel signature; the penalties may be tensors
-    given at serving time.
+    buffers), so this compiles with XLA and can be served from a SavedModel
+    signature; the penalties may be tensors given at serving time.
 
     Args:
         step_fn: ``step_fn(token_ids [N] int32, state) -> (logits [N, V],
@@ -153,7 +186,6 @@ def beam_search(
     start_ids = as_ids(fn_name, start_ids)
     end_id = ops.cast(end_id, "int32")
     batch = ops.shape(start_ids)[0]
-    positions = ops.arange(max_length, dtype="int32")
     # Flat index of the first beam of each batch entry, [B, 1].
     offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
 
@@ -167,21 +199,27 @@ def beam_search(
         log_probs = ops.where(ops.expand_dims(finished, 1), end_only, log_probs)
         total = ops.expand_dims(carry["log_probs"], 1) + log_probs  # [N, V]
         lengths = carry["lengths"] + ops.cast(alive, "int32")
-        score = total / ops.expand_dims(gnmt_length_penalty(lengths, alpha), 1)
+        score = total
+        if alpha is not None:
+            score = score / ops.expand_dims(gnmt_length_penalty(lengths, alpha), 1)
         if "alignments" in carry:
             alignment = ops.where(
                 ops.expand_dims(alive, 1), ops.cast(alignment, "float32"), 0.0
             )
+        if "coverage" in carry:
             coverage = carry["coverage"] + alignment
             cp = gnmt_coverage_penalty(coverage, beta)
             score = score + ops.expand_dims(cp, 1)
         best, index = ops.top_k(ops.reshape(score, (-1, k * vocab)), k)  # [B, K]
         index = ops.cast(index, "int32")
+        if score is total:  # no penalty: the score is the log-probability
+            total = best
+        else:
+            total = ops.take_along_axis(ops.reshape(total, (-1, k * vocab)), index, 1)
         if live is not None:  # candidates ranked past num_beams die here
             best = ops.where(live, best, NEG_INF)
         parent = ops.reshape(index // vocab + offsets, (-1,))  # [N], flat
         ids = ops.reshape(index % vocab, (-1,))
-        total = ops.take_along_axis(ops.reshape(total, (-1, k * vocab)), index, 1)
 
         def gather(x):
             return ops.take(x, parent, axis=0)
@@ -200,13 +238,13 @@ def beam_search(
             "lengths": gather(lengths),
             "log_probs": ops.reshape(total, (-1,)),
             "scores": ops.reshape(best, (-1,)),
-            "tokens": write_at(gather(carry["tokens"]), positions, t, ids),
+            "tokens": write_step(carry["tokens"], t, ids),
+            "parents": write_step(carry["parents"], t, parent),
         }
-        if "alignments" in carry:
+        if "coverage" in carry:
             new["coverage"] = gather(coverage)
-            new["alignments"] = write_at(
-                gather(carry["alignments"]), positions, t, gather(alignment)
-            )
+        if "alignments" in carry:
+            new["alignments"] = write_step(carry["alignments"], t, gather(alignment))
         return new
 
     ids = ops.repeat(start_ids, k, axis=0)
@@ -222,8 +260,9 @@ def beam_search(
         live = ops.expand_dims(ops.arange(k, dtype="int32"), 0) < ops.cast(
             num_beams, "int32"
         )
-    alpha = ops.cast(length_penalty, "float32")
-    beta = ops.cast(coverage_penalty, "float32")
+    # A penalty given as the Python number 0 is left out of the graph.
+    alpha = None if _is_zero(length_penalty) else ops.cast(length_penalty, "float32")
+    beta = None if _is_zero(coverage_penalty) else ops.cast(coverage_penalty, "float32")
     n = ops.shape(ids)[0]
     # Only the first beam of each entry is live at the start, so the first
     # step does not pick the same token k times.
@@ -234,11 +273,16 @@ def beam_search(
         "log_probs": ops.where(first_beam, 0.0, NEG_INF),
         "scores": ops.zeros((n,), "float32"),
         "tokens": ops.cast(ops.full((n, max_length), end_id), "int32"),
+        # Steps the loop never reaches point every row at itself.
+        "parents": ops.tile(
+            ops.expand_dims(ops.arange(n, dtype="int32"), 1), (1, max_length)
+        ),
     }
     if alignment is not None:
         source = ops.shape(alignment)[-1]
-        carry["coverage"] = ops.zeros((n, source), "float32")
         carry["alignments"] = ops.zeros((n, max_length, source), "float32")
+        if beta is not None:
+            carry["coverage"] = ops.zeros((n, source), "float32")
     t0 = ops.convert_to_tensor(0, "int32")
     carry = update(t0, logits, state, alignment, carry)
 
@@ -247,7 +291,9 @@ def beam_search(
         return update(c["t"], logits, state, alignment, c)
 
     carry = while_not_done(body, carry, max_length)
-    keys = ["tokens", "scores", "log_probs", "lengths"]
+    rows = _trace_back(carry["parents"])
+    out = {key: carry[key] for key in ("scores", "log_probs", "lengths")}
+    out["tokens"] = _take_rows(carry["tokens"], rows)
     if "alignments" in carry:
-        keys.append("alignments")
-    return {key: _unflatten(carry[key], k) for key in keys}
+        out["alignments"] = _take_rows(carry["alignments"], rows)
+    return {key: _unflatten(value, k) for key, value in out.items()}

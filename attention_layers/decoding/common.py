@@ -116,16 +116,18 @@ def as_ids(fn_name, start_ids):
     return ops.cast(start_ids, "int32")
 
 
-def write_at(buffer, positions, t, values):
-    """``buffer[:, t] = values`` without Python-side indexing (a one-hot where).
+def write_step(buffer, t, values):
+    """``buffer[:, t] = values`` as one scatter of ``N`` rows.
 
-    ``buffer`` is ``[N, L, ...]``, ``positions`` is ``arange(L)``, ``values``
-    is ``[N, ...]``.
+    ``buffer`` is ``[N, L, ...]``, ``t`` a scalar int tensor, ``values``
+    ``[N, ...]``. A scatter (``TensorScatterUpdate``, a stock op that TF
+    Serving has) touches only the ``N`` rows, where a one-hot ``where``
+    rewrites the whole buffer at every step.
     """
-    at_t = positions == t
-    extra = len(buffer.shape) - 2
-    at_t = ops.reshape(at_t, (1, -1) + (1,) * extra)
-    return ops.where(at_t, ops.expand_dims(values, 1), buffer)
+    n = ops.shape(buffer)[0]
+    rows = ops.arange(n, dtype="int32")
+    indices = ops.stack([rows, ops.broadcast_to(ops.cast(t, "int32"), (n,))], 1)
+    return ops.scatter_update(buffer, indices, ops.cast(values, buffer.dtype))
 
 
 def while_not_done(body, carry, max_length):

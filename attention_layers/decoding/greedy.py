@@ -6,7 +6,7 @@ from attention_layers.decoding.common import (
     as_ids,
     check_positive_int,
     while_not_done,
-    write_at,
+    write_step,
 )
 
 
@@ -24,7 +24,6 @@ def pick_loop(
     start_ids = as_ids(fn_name, start_ids)
     end_id = ops.cast(end_id, "int32")
     batch = ops.shape(start_ids)[0]
-    positions = ops.arange(max_length, dtype="int32")
 
     def update(t, logits, state, alignment, carry):
         finished = carry["finished"]
@@ -41,14 +40,14 @@ def pick_loop(
             "finished": ops.logical_or(finished, ids == end_id),
             "lengths": carry["lengths"] + ops.cast(alive, "int32"),
             "scores": carry["scores"] + ops.where(alive, token_lp[:, 0], 0.0),
-            "tokens": write_at(carry["tokens"], positions, t, ids),
+            "tokens": write_step(carry["tokens"], t, ids),
             "pick_state": new_pick_state,
         }
         if "alignments" in carry:
             alignment = ops.where(
                 ops.expand_dims(alive, 1), ops.cast(alignment, "float32"), 0.0
             )
-            new["alignments"] = write_at(carry["alignments"], positions, t, alignment)
+            new["alignments"] = write_step(carry["alignments"], t, alignment)
         return new
 
     logits, state, alignment = step_fn(start_ids, initial_state)
