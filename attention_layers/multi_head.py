@@ -74,9 +74,11 @@ class MultiHeadAttention(keras.layers.Layer):
     * ``"fused"``: ``keras.ops.dot_product_attention`` (inputs cast to float32
       under ``mixed_float16``, whose range the product may overflow); needs
       ``value_dim == key_dim``.
-    * ``"tiled"``: blocks of ``block_size`` queries and keys with an online
-      softmax and a tiled backward pass: memory linear in the lengths, causal
-      tiles above the diagonal skipped; no scores, no dropout.
+    * ``"tiled"``: blocks of ``block_size`` queries, each over all the keys
+      at once while ``block_size * Tk <= 2^20`` (static ``Tk``, not causal),
+      else over tiles of ``block_size`` keys with an online softmax; a tiled
+      backward pass: memory linear in the lengths, causal tiles above the
+      diagonal skipped; no scores, no dropout.
     * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
       else ``"tiled"`` when the static ``Tq * Tk`` exceeds ``tile_threshold``;
       else ``"fused"`` in float32 when ``value_dim == key_dim`` (the
@@ -105,7 +107,8 @@ class MultiHeadAttention(keras.layers.Layer):
         implementation: ``"auto"``, ``"direct"``, ``"tiled"`` or ``"fused"``.
         tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles (default
             ``2**20``, e.g. 1024 queries times 1024 keys).
-        block_size: rows and columns of one tile of the tiled path (default 256).
+        block_size: query rows of one block of the tiled path, and key columns
+            of one tile when it tiles the keys (default 256).
         seed: dropout seed.
         **kwargs: base layer arguments (``name``, ``dtype``).
 

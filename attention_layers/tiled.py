@@ -1,25 +1,38 @@
 """Tiled attention with an online softmax and its own backward pass.
 
-The forward pass visits query blocks one at a time and, inside each, key
-blocks with a running maximum ``m``, sum ``l`` and weighted sum ``acc``
-(Milakov & Gimelshein 2018; Dao et al. 2022, FlashAttention); it keeps only
+The forward pass visits query blocks one at a time. Without a causal mask,
+and while a block's rows hold at most `WHOLE_ROW_ELEMENTS` scores per
+(batch, head), a block takes all the keys at once: one softmax per row, the
+computation of plain attention restricted to the block. Otherwise it visits
+the keys in blocks with a running log-sum-exp ``lse`` and a running output
+normalised over the keys seen so far (Milakov & Gimelshein 2018; Dao et al.
+2022, FlashAttention), each tile normalised by one softmax op. It keeps only
 the output and each row's log-sum-exp. The backward pass is written out
 (``keras.ops.custom_gradient``) rather than left to autodiff: one sweep over
-the query blocks, each scanning the key blocks, recomputes each tile's weights
-``P_ij`` from the saved log-sum-exp and sums
+the query blocks, each scanning the key blocks, recomputes each tile's
+weights ``P_ij = w_i * softmax(S_ij)`` (``w_i = exp(lse_ij - lse_i)``, 1 for
+whole rows) and sums
 
     dS_ij = P_ij * (dO_i V_j^T - D_i),  D_i = rowsum(dO_i * O_i)
     dQ_i = sum_j dS_ij K_j,  dK_j = sum_i dS_ij^T Q_i,  dV_j = sum_i P_ij^T dO_i
 
+On CPU without XLA every op that writes a tile-sized tensor costs about as
+much as the next, so the tile math writes as few as it can: one softmax
+instead of ``exp(s - m)`` and its normalisation, ``w_i`` applied to the
+small ``dO_i`` and ``D_i`` rather than to the tile, and ``dO_i V_j^T - D_i``
+as one product (``dO_i`` with a column ``-D_i``, ``V_j`` with a column of
+ones).
+
 Why our own: autodiff through the loops stores every tile's intermediates,
 and TensorFlow ran the rematerialised query blocks of a backward pass side by
 side, so memory grew with ``Tq * Tk`` after all (4.8 GiB at T=8192 against
-0.5 GiB now); no Keras or TensorFlow op offers a tiled attention on CPU. With a
+0.34 GiB now); no Keras or TensorFlow op offers a tiled attention on CPU. With a
 causal mask the tiles above the diagonal are skipped, not just masked.
 """
 
 from typing import NamedTuple
 
+import keras
 from keras import ops
 
 from attention_layers import masking
@@ -58,6 +71,26 @@ def combine(masks, q_pos, k_pos, query=None, kv=None, pair=None):
     return mask
 
 
+def sequential_loop(lower, upper, body, init):
+    """``keras.ops.fori_loop`` that runs one iteration at a time.
+
+    TensorFlow's ``while_loop`` starts up to 10 iterations at once by
+    default: the tiles of iterations that do not wait for the carry are then
+    computed side by side, each holding its tile-sized tensors, so memory
+    grows with the iterations in flight. JAX's loop is sequential already.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.fori_loop(lower, upper, body, init)
+    import tensorflow as tf
+
+    def step(i, value):
+        return i + 1, body(i, value)
+
+    return tf.while_loop(
+        lambda i, _: i < upper, step, (lower, init), parallel_iterations=1
+    )[1]
+
+
 def length(x, axis=1):
     """The static length of ``axis``, else its dynamic size."""
     n = _static(x.shape)[axis]
@@ -73,15 +106,25 @@ def pad_steps(x, pad, axis=1, value=0):
     return ops.pad(x, widths, constant_values=value)
 
 
+# Without a causal mask, a query block takes all the keys at once (one
+# softmax per row, no running log-sum-exp) while its rows hold at most this
+# many scores per (batch, head): 4096 keys with blocks of 256 queries.
+WHOLE_ROW_ELEMENTS = 2**20
+
+
 def tiled_attention(query, key, value, masks, block_size):
-    """Attention in ``block_size`` tiles; ``[B, Tq, H, Dv]`` float32.
+    """Attention in blocks of ``block_size`` queries; ``[B, Tq, H, Dv]`` float32.
 
     ``query`` ``[B, Tq, H, D]`` (already scaled, in the score dtype), ``key``
     ``[B, Tk, H, D]``, ``value`` ``[B, Tk, H, Dv]``, ``masks`` a ``Masks``.
-    No more than ``[B, H, block_size, block_size]`` scores exist at once,
-    forward or backward. Lengths that are not a multiple of ``block_size``
-    (static or not) are padded and the padded keys masked. A query row with
-    no visible key gets a zero output and zero gradients.
+    Each query block sees the keys in blocks of ``block_size`` with an
+    online softmax, or all at once where ``block_size * Tk`` is at most
+    `WHOLE_ROW_ELEMENTS`, ``Tk`` is static and the mask is not causal: so no
+    more than ``[B, H, block_size, max(block_size, Tk)]`` scores exist at
+    once, forward or backward, which grows linearly with the length. Lengths
+    that are not a multiple of ``block_size`` (static or not) are padded and
+    the padded keys masked. A query row with no visible key gets a zero
+    output and zero gradients.
 
     >>> import numpy as np
     >>> q = np.random.default_rng(0).normal(size=(1, 5, 2, 4)).astype("float32")
@@ -89,9 +132,15 @@ def tiled_attention(query, key, value, masks, block_size):
     >>> tuple(out.shape)
     (1, 5, 2, 4)
     """
-    bs = block_size
+    bq = block_size
     tq, tk = length(query), length(key)
-    pad_q, pad_k = (-tq) % bs, (-tk) % bs
+    whole_rows = (
+        masks.causal_offset is None
+        and isinstance(tk, int)
+        and bq * tk <= WHOLE_ROW_ELEMENTS
+    )
+    bk = tk if whole_rows else bq
+    pad_q, pad_k = (-tq) % bq, (-tk) % bk
     query = pad_steps(query, pad_q)
     key, value = pad_steps(key, pad_k), pad_steps(value, pad_k)
     kv = masks.kv
@@ -109,30 +158,31 @@ def tiled_attention(query, key, value, masks, block_size):
     batch = ops.shape(key)[0]
     heads = _static(key.shape)[2]
 
-    nq, nk = (tq + pad_q) // bs, (tk + pad_k) // bs  # static where the lengths are
+    nq, nk = (tq + pad_q) // bq, (tk + pad_k) // bk  # static where the lengths are
 
-    def blocks(x, n):  # [B, n * bs, H, D] -> [B, n, H, bs, D]
-        x = ops.reshape(x, (batch, n, bs, heads, _static(x.shape)[3]))
+    def blocks(x, n, size):  # [B, n * size, H, D] -> [B, n, H, size, D]
+        x = ops.reshape(x, (batch, n, size, heads, _static(x.shape)[3]))
         return ops.transpose(x, (0, 1, 3, 2, 4))
 
-    qb, kb, vb = blocks(query, nq), blocks(key, nk), blocks(value, nk)
+    qb = blocks(query, nq, bq)
+    kb, vb = blocks(key, nk, bk), blocks(value, nk, bk)
     if kv is not None:
-        kv = ops.reshape(kv, (ops.shape(kv)[0], nk, bs))  # [B or 1, nk, bs]
+        kv = ops.reshape(kv, (ops.shape(kv)[0], nk, bk))  # [B or 1, nk, bk]
     if query_mask is not None:
-        query_mask = ops.reshape(query_mask, (batch, nq, bs))
+        query_mask = ops.reshape(query_mask, (batch, nq, bq))
     if pair is not None:
-        pair = ops.reshape(pair, (batch, nq, bs, nk, bs))
+        pair = ops.reshape(pair, (batch, nq, bq, nk, bk))
     offset = masks.causal_offset
     if offset is not None:
         offset = ops.convert_to_tensor(offset, "int32")
-    steps = ops.arange(bs, dtype="int32")
+    q_steps, k_steps = ops.arange(bq, dtype="int32"), ops.arange(bk, dtype="int32")
 
     def tile_mask(i, j):
-        """``[B or 1, 1, bs, bs]`` mask of tile (i, j), or ``None``."""
+        """``[B or 1, 1, bq, bk]`` mask of tile (i, j), or ``None``."""
         mask = combine(
             masks._replace(causal_offset=offset),
-            i * bs + steps,
-            j * bs + steps,
+            i * bq + q_steps,
+            j * bk + k_steps,
             query=None if query_mask is None else ops.take(query_mask, i, axis=1),
             kv=None if kv is None else ops.take(kv, j, axis=1),
             pair=None
@@ -145,7 +195,7 @@ def tiled_attention(query, key, value, masks, block_size):
     def last_key(i):
         if offset is None:
             return nk
-        return ops.clip((i * bs + bs - 1 + offset) // bs + 1, 0, nk)
+        return ops.clip((i * bq + bq - 1 + offset) // bk + 1, 0, nk)
 
     def scores(qi, kj, i, j):
         """Tile (i, j)'s float32 scores, masked, and its mask."""
@@ -157,11 +207,32 @@ def tiled_attention(query, key, value, masks, block_size):
             s = ops.where(mask, s, masking.MASK_FILL)
         return s, mask
 
-    def weights(qi, kj, lse_i, i, j):
-        """Tile (i, j)'s normalised weights, recomputed from the log-sum-exp."""
+    def tile_softmax(qi, kj, i, j):
+        """Tile (i, j)'s softmax over its own keys and each row's log-sum-exp.
+
+        One softmax op writes the weights (where ``exp(s - m)`` and its
+        normalisation would write three tile-sized tensors; on CPU without
+        XLA, writes are what a tile costs). Masked scores are ``MASK_FILL``:
+        their weights underflow to exactly 0 next to any real key. With whole
+        rows the log-sum-exp is not needed: ``lse`` is then 0 where the row
+        saw a real key and -inf where not. Otherwise it comes from two
+        reductions that only read: the largest weight sits at the largest
+        score, ``p_max = exp(m - lse)``, so ``lse = m - log p_max`` (``p_max
+        >= 1 / bk``: no underflow), and a row with no real key in the tile
+        gets ``lse ~ MASK_FILL``, which weighs nothing against a real tile.
+        """
         s, mask = scores(qi, kj, i, j)
-        p = ops.exp(s - ops.expand_dims(lse_i, -1))
-        return p if mask is None else ops.where(mask, p, 0.0)
+        p = ops.softmax(s, axis=-1)
+        if not whole_rows:
+            return p, ops.max(s, axis=-1) - ops.log(ops.max(p, axis=-1))
+        if mask is None:
+            return p, ops.zeros_like(p[..., 0])
+        real = ops.broadcast_to(ops.any(mask, axis=-1), ops.shape(p)[:-1])
+        return p, ops.where(real, 0.0, -float("inf"))
+
+    def seen(lse):
+        """Rows that saw a real key (``lse`` is ~``MASK_FILL`` or -inf if not)."""
+        return lse > masking.MASK_FILL / 2
 
     def put(buffer, i, block):
         """``buffer[:, i] = block`` for a ``[B, n, ...]`` buffer."""
@@ -173,31 +244,32 @@ def tiled_attention(query, key, value, masks, block_size):
     def attend(qb, kb, vb):
         # Forward: query blocks in sequence, key blocks with an online softmax.
         dv = _static(vb.shape)[-1]
-        rows = ops.zeros_like(qb[:, 0, ..., 0], "float32")  # [B, H, bs]
+        rows = ops.zeros_like(qb[:, 0, ..., 0], "float32")  # [B, H, bq]
 
         # keras' scan on TensorFlow wants outputs shaped like the carry: the
         # carry is an unused pair shaped like one block's outputs.
         def query_block(unused, i):
             qi = ops.take(qb, i, axis=1)
 
+            # The running output is normalised over the keys seen so far;
+            # each tile's share is rescaled by the log-sum-exps.
             def key_block(j, acc_state):
-                m, total, acc = acc_state
-                s, mask = scores(qi, ops.take(kb, j, axis=1), i, j)
-                m_new = ops.maximum(m, ops.max(s, axis=-1))
-                p = ops.exp(s - ops.expand_dims(m_new, -1))
-                if mask is not None:
-                    p = ops.where(mask, p, 0.0)
-                correction = ops.exp(m - m_new)
+                lse, acc = acc_state
+                p, lse_j = tile_softmax(qi, ops.take(kb, j, axis=1), i, j)
                 vj = ops.cast(ops.take(vb, j, axis=1), "float32")
-                acc = ops.expand_dims(correction, -1) * acc + ops.matmul(p, vj)
-                return m_new, total * correction + ops.sum(p, axis=-1), acc
+                new = ops.logaddexp(lse, lse_j)
+                acc = ops.expand_dims(ops.exp(lse - new), -1) * acc + ops.expand_dims(
+                    ops.exp(lse_j - new), -1
+                ) * ops.matmul(p, vj)
+                return new, acc
 
-            start = (rows + masking.MASK_FILL, rows, unused[0])
-            m, total, acc = ops.fori_loop(0, last_key(i), key_block, start)
-            seen = total > 0
-            safe = ops.where(seen, total, 1.0)
-            out_i = ops.where(ops.expand_dims(seen, -1), acc / safe[..., None], 0.0)
-            lse_i = ops.where(seen, m + ops.log(safe), 0.0)
+            if whole_rows:  # one key block: its softmax is the answer
+                p, lse_i = tile_softmax(qi, ops.take(kb, 0, axis=1), i, 0)
+                acc = ops.matmul(p, ops.cast(ops.take(vb, 0, axis=1), "float32"))
+            else:
+                start = (rows - float("inf"), unused[0])
+                lse_i, acc = sequential_loop(0, last_key(i), key_block, start)
+            out_i = ops.where(ops.expand_dims(seen(lse_i), -1), acc, 0.0)
             return unused, (out_i, lse_i)
 
         block = ops.zeros_like(qb[:, 0, ..., :1], "float32") * ops.zeros((dv,))
@@ -208,31 +280,43 @@ def tiled_attention(query, key, value, masks, block_size):
 
         def grad(*args, upstream=None):
             d_out = ops.cast(args[0] if upstream is None else upstream, "float32")
-            delta = ops.sum(d_out * out, axis=-1)  # [B, nq, H, bs]
+            delta = ops.sum(d_out * out, axis=-1)  # [B, nq, H, bq]
+            # V gets a column of ones, so that one product gives dO V^T - D
+            # (dO gets the column -D): one tile-sized write less per tile.
+            v_ones = ops.concatenate(
+                [ops.cast(vb, "float32"), ops.ones_like(vb[..., :1], "float32")], -1
+            )
             # Key blocks leading, for the scan over them.
             tiles = (
                 ops.arange(nk, dtype="int32"),
-                *(ops.moveaxis(x, 1, 0) for x in (kb, vb)),
+                *(ops.moveaxis(x, 1, 0) for x in (kb, v_ones)),
             )
 
             def query_block(i, state):
-                dq, dk, dv = state  # dk, dv key blocks leading: [nk, B, H, bs, D]
+                dq, dk, dv = state  # dk, dv key blocks leading: [nk, B, H, bk, D]
                 qi = ops.take(qb, i, axis=1)
                 q32 = ops.cast(qi, "float32")
                 do_i, lse_i = ops.take(d_out, i, axis=1), ops.take(lse, i, axis=1)
+                seen_i = seen(lse_i)
                 delta_i = ops.expand_dims(ops.take(delta, i, axis=1), -1)
                 last = last_key(i)
 
                 # keras' scan on TensorFlow wants outputs shaped like the
                 # carry: dQ_i rides along with an unused V-shaped slot.
+                # The weights are P = w * p, p the tile's own softmax and w
+                # = exp(lse_ij - lse_i) per row: w scales the small dO_i and
+                # D_i instead of the tile.
                 def tile(acc, x):
                     dq_i, unused = acc
-                    j, kj, vj = x
-                    k32, v32 = ops.cast(kj, "float32"), ops.cast(vj, "float32")
-                    p = weights(qi, kj, lse_i, i, j)
-                    ds = p * (ops.matmul(do_i, ops.swapaxes(v32, -1, -2)) - delta_i)
+                    j, kj, vj_ones = x
+                    k32 = ops.cast(kj, "float32")
+                    p, lse_ij = tile_softmax(qi, kj, i, j)
+                    w = ops.where(seen_i, ops.exp(lse_ij - lse_i), 0.0)[..., None]
+                    w_do = w * do_i
+                    do_delta = ops.concatenate([w_do, -w * delta_i], -1)
+                    ds = p * ops.matmul(do_delta, ops.swapaxes(vj_ones, -1, -2))
                     dk_ij = ops.matmul(ops.swapaxes(ds, -1, -2), q32)
-                    dv_ij = ops.matmul(ops.swapaxes(p, -1, -2), do_i)
+                    dv_ij = ops.matmul(ops.swapaxes(p, -1, -2), w_do)
                     return (dq_i + ops.matmul(ds, k32), unused), (dk_ij, dv_ij)
 
                 def causal_tile(acc, x):  # tiles above the diagonal: skipped
@@ -243,16 +327,21 @@ def tiled_attention(query, key, value, masks, block_size):
                     )
 
                 zeros = (ops.zeros_like(q32), ops.zeros_like(do_i))
-                body = tile if offset is None else causal_tile
-                (dq_i, _), (dk_i, dv_i) = ops.scan(body, zeros, tiles)
+                if whole_rows:  # one key block, [bk] keys unlike the carry's [bq]
+                    x = tuple(ops.take(t, 0, axis=0) for t in tiles)
+                    (dq_i, _), (dk_i, dv_i) = tile(zeros, x)
+                    dk_i, dv_i = ops.expand_dims(dk_i, 0), ops.expand_dims(dv_i, 0)
+                else:
+                    body = tile if offset is None else causal_tile
+                    (dq_i, _), (dk_i, dv_i) = ops.scan(body, zeros, tiles)
                 return put(dq, i, dq_i), dk + dk_i, dv + dv_i
 
             start = (
                 ops.zeros_like(qb, "float32"),
                 ops.zeros_like(tiles[1], "float32"),
-                ops.zeros_like(tiles[2], "float32"),
+                ops.zeros_like(ops.moveaxis(vb, 1, 0), "float32"),
             )
-            dq, dk, dv = ops.fori_loop(0, nq, query_block, start)
+            dq, dk, dv = sequential_loop(0, nq, query_block, start)
             return (
                 ops.cast(dq, qb.dtype),
                 ops.cast(ops.moveaxis(dk, 0, 1), kb.dtype),
@@ -261,6 +350,6 @@ def tiled_attention(query, key, value, masks, block_size):
 
         return out, grad
 
-    out = ops.transpose(attend(qb, kb, vb), (0, 1, 3, 2, 4))  # [B, nq, bs, H, Dv]
-    out = ops.reshape(out, (batch, nq * bs, heads, _static(vb.shape)[-1]))
+    out = ops.transpose(attend(qb, kb, vb), (0, 1, 3, 2, 4))  # [B, nq, bq, H, Dv]
+    out = ops.reshape(out, (batch, nq * bq, heads, _static(vb.shape)[-1]))
     return out[:, :tq]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attention_layers as al
+from attention_layers import tiled as tiled_module
 from tests.contract import assert_clear_error
 
 RNG = np.random.default_rng(11)
@@ -14,7 +15,19 @@ Q = RNG.normal(size=(B, TQ, D)).astype("float32")
 V = RNG.normal(size=(B, TV, 4)).astype("float32")
 K = RNG.normal(size=(B, TV, 3)).astype("float32")
 PATHS = ["direct", "fused", "tiled"]
+# The tiled path in both of its modes: query blocks that take all the keys
+# at once (the default at these lengths), and square tiles with a running
+# log-sum-exp (the default past tiled.WHOLE_ROW_ELEMENTS).
+TILED_PATHS = ["tiled", "tiled-square"]
 BACKEND = keras.backend.backend()
+
+
+def path(implementation, monkeypatch):
+    """The layer's ``implementation`` for a test path name."""
+    if implementation == "tiled-square":
+        monkeypatch.setattr(tiled_module, "WHOLE_ROW_ELEMENTS", 0)
+        return "tiled"
+    return implementation
 
 
 def to_numpy(x):
@@ -129,9 +142,9 @@ def test_keras_weights_give_keras_outputs(kind, implementation):
 
 
 # -- one mask semantics on every path --------------------------------------------
-@pytest.mark.parametrize("implementation", PATHS)
-def test_fully_masked_rows_give_the_output_bias(implementation):
-    layer = layer_on(implementation, bias_initializer="ones")
+@pytest.mark.parametrize("implementation", PATHS + TILED_PATHS[1:])
+def test_fully_masked_rows_give_the_output_bias(implementation, monkeypatch):
+    layer = layer_on(path(implementation, monkeypatch), bias_initializer="ones")
     out = to_numpy(layer(Q, V, key=K, **masks()))
     np.testing.assert_array_equal(out[0], 1.0)  # every value masked
     np.testing.assert_array_equal(out[1, -1], 1.0)  # a masked query
@@ -155,9 +168,9 @@ def test_fully_masked_rows_with_dropout_and_scores():
     assert (scores[1, ..., 4:] == 0).all()
 
 
-@pytest.mark.parametrize("implementation", PATHS)
-def test_nan_under_padding_does_not_leak(implementation):
-    layer = layer_on(implementation)
+@pytest.mark.parametrize("implementation", PATHS + TILED_PATHS[1:])
+def test_nan_under_padding_does_not_leak(implementation, monkeypatch):
+    layer = layer_on(path(implementation, monkeypatch))
     m = masks()
     dirty_q, dirty_v = Q.copy(), V.copy()
     dirty_q[~m["query_mask"]] = np.nan
@@ -180,10 +193,14 @@ def test_nan_under_padding_does_not_leak(implementation):
         16,
     ],
 )
-def test_tiled_equals_direct_with_masks_causal_and_gradients(block_size):
+@pytest.mark.parametrize("mode", TILED_PATHS)
+def test_tiled_equals_direct_with_masks_causal_and_gradients(
+    block_size, mode, monkeypatch
+):
     direct = layer_on("direct")
     direct(Q, V, key=K)
-    tiled = same_weights(layer_on("tiled", block_size=block_size), direct, Q, V, key=K)
+    layer = layer_on(path(mode, monkeypatch), block_size=block_size)
+    tiled = same_weights(layer, direct, Q, V, key=K)
     m = masks()
     attention_mask = RNG.random((B, TQ, TV)) > 0.4
     for kwargs in (
@@ -274,12 +291,12 @@ def test_tiled_with_lengths_unknown_at_trace_time():
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-@pytest.mark.parametrize("implementation", ["fused", "tiled"])
-def test_fast_paths_under_mixed_float16(implementation):
+@pytest.mark.parametrize("implementation", ["fused", *TILED_PATHS])
+def test_fast_paths_under_mixed_float16(implementation, monkeypatch):
     reference = layer_on("direct")
     reference(Q, V)
     keras.config.set_dtype_policy("mixed_float16")
-    layer = same_weights(layer_on(implementation), reference, Q, V)
+    layer = same_weights(layer_on(path(implementation, monkeypatch)), reference, Q, V)
     out = layer(Q, V, **masks())
     assert keras.backend.standardize_dtype(out.dtype) == "float16"
     want = to_numpy(reference(Q, V, **masks()))
