@@ -26,13 +26,12 @@ ones).
 Why our own: autodiff through the loops stores every tile's intermediates,
 and TensorFlow ran the rematerialised query blocks of a backward pass side by
 side, so memory grew with ``Tq * Tk`` after all (4.8 GiB at T=8192 against
-0.34 GiB now); no Keras or TensorFlow op offers a tiled attention on CPU. With a
+0.8 GiB now); no Keras or TensorFlow op offers a tiled attention on CPU. With a
 causal mask the tiles above the diagonal are skipped, not just masked.
 """
 
 from typing import NamedTuple
 
-import keras
 from keras import ops
 
 from attention_layers import masking
@@ -71,26 +70,6 @@ def combine(masks, q_pos, k_pos, query=None, kv=None, pair=None):
     return mask
 
 
-def sequential_loop(lower, upper, body, init):
-    """``keras.ops.fori_loop`` that runs one iteration at a time.
-
-    TensorFlow's ``while_loop`` starts up to 10 iterations at once by
-    default: the tiles of iterations that do not wait for the carry are then
-    computed side by side, each holding its tile-sized tensors, so memory
-    grows with the iterations in flight. JAX's loop is sequential already.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return ops.fori_loop(lower, upper, body, init)
-    import tensorflow as tf
-
-    def step(i, value):
-        return i + 1, body(i, value)
-
-    return tf.while_loop(
-        lambda i, _: i < upper, step, (lower, init), parallel_iterations=1
-    )[1]
-
-
 def length(x, axis=1):
     """The static length of ``axis``, else its dynamic size."""
     n = _static(x.shape)[axis]
@@ -119,9 +98,10 @@ def tiled_attention(query, key, value, masks, block_size):
     ``[B, Tk, H, D]``, ``value`` ``[B, Tk, H, Dv]``, ``masks`` a ``Masks``.
     Each query block sees the keys in blocks of ``block_size`` with an
     online softmax, or all at once where ``block_size * Tk`` is at most
-    `WHOLE_ROW_ELEMENTS`, ``Tk`` is static and the mask is not causal: so no
-    more than ``[B, H, block_size, max(block_size, Tk)]`` scores exist at
-    once, forward or backward, which grows linearly with the length. Lengths
+    `WHOLE_ROW_ELEMENTS`, ``Tk`` is static and the mask is not causal: so a
+    block holds no more than ``[B, H, block_size, max(block_size, Tk)]``
+    scores, forward or backward (TensorFlow may run up to 10 blocks of a
+    ``fori_loop`` at once), which grows linearly with the length. Lengths
     that are not a multiple of ``block_size`` (static or not) are padded and
     the padded keys masked. A query row with no visible key gets a zero
     output and zero gradients.
@@ -268,7 +248,7 @@ def tiled_attention(query, key, value, masks, block_size):
                 acc = ops.matmul(p, ops.cast(ops.take(vb, 0, axis=1), "float32"))
             else:
                 start = (rows - float("inf"), unused[0])
-                lse_i, acc = sequential_loop(0, last_key(i), key_block, start)
+                lse_i, acc = ops.fori_loop(0, last_key(i), key_block, start)
             out_i = ops.where(ops.expand_dims(seen(lse_i), -1), acc, 0.0)
             return unused, (out_i, lse_i)
 
@@ -341,7 +321,7 @@ def tiled_attention(query, key, value, masks, block_size):
                 ops.zeros_like(tiles[1], "float32"),
                 ops.zeros_like(ops.moveaxis(vb, 1, 0), "float32"),
             )
-            dq, dk, dv = sequential_loop(0, nq, query_block, start)
+            dq, dk, dv = ops.fori_loop(0, nq, query_block, start)
             return (
                 ops.cast(dq, qb.dtype),
                 ops.cast(ops.moveaxis(dk, 0, 1), kb.dtype),

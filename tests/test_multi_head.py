@@ -305,6 +305,29 @@ def test_fast_paths_under_mixed_float16(implementation, monkeypatch):
     assert np.isfinite(big).all()
 
 
+@pytest.mark.parametrize("mode", TILED_PATHS)
+def test_tiled_under_mixed_bfloat16_matches_direct_with_gradients(mode, monkeypatch):
+    # The tiled path multiplies by the weights in bfloat16 there, as direct does.
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    direct = layer_on("direct")
+    direct(Q, V, key=K)
+    layer = same_weights(layer_on(path(mode, monkeypatch)), direct, Q, V, key=K)
+    m = masks()
+
+    def through(layer):
+        return lambda q, k, v: layer(q, v, key=k, **m)
+
+    got = to_numpy(through(layer)(Q, K, V)).astype("float32")
+    want = to_numpy(through(direct)(Q, K, V)).astype("float32")
+    np.testing.assert_allclose(got, want, atol=3e-2)
+    for g, w in zip(
+        input_grads(through(layer), Q, K, V),
+        input_grads(through(direct), Q, K, V),
+        strict=True,
+    ):
+        np.testing.assert_allclose(g, w, atol=5e-2, rtol=5e-2)
+
+
 # -- the KV cache ---------------------------------------------------------------------
 def decoder_layer():
     layer = al.MultiHeadAttention(num_heads=2, key_dim=3)
