@@ -202,7 +202,8 @@ def tiled_attention(query, key, value, masks, block_size):
         gets ``lse ~ MASK_FILL``, which weighs nothing against a real tile.
         """
         s, mask = scores(qi, kj, i, j)
-        p = ops.softmax(s, axis=-1)
+        # One key: the weight is 1 (keras warns about a softmax over size 1).
+        p = ops.ones_like(s) if bk == 1 else ops.softmax(s, axis=-1)
         if not whole_rows:
             return p, ops.max(s, axis=-1) - ops.log(ops.max(p, axis=-1))
         if mask is None:
