@@ -307,7 +307,7 @@ def test_fast_paths_under_mixed_float16(implementation, monkeypatch):
 
 @pytest.mark.parametrize("mode", TILED_PATHS)
 def test_tiled_under_mixed_bfloat16_matches_direct_with_gradients(mode, monkeypatch):
-    # The tiled path multiplies by the weights in bfloat16 there, as direct does.
+    # bfloat16 queries, keys and values; both paths normalise in float32.
     keras.config.set_dtype_policy("mixed_bfloat16")
     direct = layer_on("direct")
     direct(Q, V, key=K)
