@@ -177,17 +177,15 @@ def tiled_attention(query, key, value, masks, block_size):
             return nk
         return ops.clip((i * bq + bq - 1 + offset) // bk + 1, 0, nk)
 
-    def scores(qi, kj, i, j):
-        """Tile (i, j)'s float32 scores, masked, and its mask."""
-        s = ops.cast(
-            ops.matmul(qi, ops.swapaxes(ops.cast(kj, qi.dtype), -1, -2)), "float32"
-        )
+    def scores(qi, kt_j, i, j):
+        """Tile (i, j)'s float32 scores, masked, and its mask (``kt_j``: K_j^T)."""
+        s = ops.cast(ops.matmul(qi, kt_j), "float32")
         mask = tile_mask(i, j)
         if mask is not None:
             s = ops.where(mask, s, masking.MASK_FILL)
         return s, mask
 
-    def tile_softmax(qi, kj, i, j):
+    def tile_softmax(qi, kt_j, i, j):
         """Tile (i, j)'s softmax over its own keys and each row's log-sum-exp.
 
         One softmax op writes the weights (where ``exp(s - m)`` and its
@@ -201,7 +199,7 @@ def tiled_attention(query, key, value, masks, block_size):
         >= 1 / bk``: no underflow), and a row with no real key in the tile
         gets ``lse ~ MASK_FILL``, which weighs nothing against a real tile.
         """
-        s, mask = scores(qi, kj, i, j)
+        s, mask = scores(qi, kt_j, i, j)
         # One key: the weight is 1 (keras warns about a softmax over size 1).
         p = ops.ones_like(s) if bk == 1 else ops.softmax(s, axis=-1)
         if not whole_rows:
@@ -221,10 +219,24 @@ def tiled_attention(query, key, value, masks, block_size):
         start = [zero, i] + [zero] * (len(buffer.shape) - 2)
         return ops.slice_update(buffer, start, ops.expand_dims(block, 1))
 
+    def key_blocks(*xs):
+        """Each of ``xs`` ``[B, nk, ...]`` with key blocks leading, or with
+        whole rows the one block, taken here once rather than in the loops
+        (TensorFlow without XLA would copy it for every query block)."""
+        if whole_rows:
+            return tuple(x[:, 0] for x in xs)
+        return tuple(ops.moveaxis(x, 1, 0) for x in xs)
+
+    def key_block(xs, j):
+        return xs if whole_rows else tuple(ops.take(x, j, axis=0) for x in xs)
+
     @ops.custom_gradient
     def attend(qb, kb, vb):
         # Forward: query blocks in sequence, key blocks with an online softmax.
         dv = _static(vb.shape)[-1]
+        # K^T in the score dtype and V in float32, once for all the tiles.
+        kt = ops.swapaxes(ops.cast(kb, qb.dtype), -1, -2)  # [B, nk, H, D, bk]
+        fwd_keys = key_blocks(kt, ops.cast(vb, "float32"))
         rows = ops.zeros_like(qb[:, 0, ..., 0], "float32")  # [B, H, bq]
 
         # keras' scan on TensorFlow wants outputs shaped like the carry: the
@@ -234,10 +246,10 @@ def tiled_attention(query, key, value, masks, block_size):
 
             # The running output is normalised over the keys seen so far;
             # each tile's share is rescaled by the log-sum-exps.
-            def key_block(j, acc_state):
+            def key_tile(j, acc_state):
                 lse, acc = acc_state
-                p, lse_j = tile_softmax(qi, ops.take(kb, j, axis=1), i, j)
-                vj = ops.cast(ops.take(vb, j, axis=1), "float32")
+                kt_j, vj = key_block(fwd_keys, j)
+                p, lse_j = tile_softmax(qi, kt_j, i, j)
                 new = ops.logaddexp(lse, lse_j)
                 acc = ops.expand_dims(ops.exp(lse - new), -1) * acc + ops.expand_dims(
                     ops.exp(lse_j - new), -1
@@ -245,11 +257,12 @@ def tiled_attention(query, key, value, masks, block_size):
                 return new, acc
 
             if whole_rows:  # one key block: its softmax is the answer
-                p, lse_i = tile_softmax(qi, ops.take(kb, 0, axis=1), i, 0)
-                acc = ops.matmul(p, ops.cast(ops.take(vb, 0, axis=1), "float32"))
+                kt_0, v0 = fwd_keys
+                p, lse_i = tile_softmax(qi, kt_0, i, 0)
+                acc = ops.matmul(p, v0)
             else:
                 start = (rows - float("inf"), unused[0])
-                lse_i, acc = ops.fori_loop(0, last_key(i), key_block, start)
+                lse_i, acc = ops.fori_loop(0, last_key(i), key_tile, start)
             out_i = ops.where(ops.expand_dims(seen(lse_i), -1), acc, 0.0)
             return unused, (out_i, lse_i)
 
@@ -267,10 +280,10 @@ def tiled_attention(query, key, value, masks, block_size):
             v_ones = ops.concatenate(
                 [ops.cast(vb, "float32"), ops.ones_like(vb[..., :1], "float32")], -1
             )
-            # Key blocks leading, for the scan over them.
+            # K^T, K and (V | 1)^T per key block, in the dtypes of their products.
             tiles = (
-                ops.arange(nk, dtype="int32"),
-                *(ops.moveaxis(x, 1, 0) for x in (kb, v_ones)),
+                0 if whole_rows else ops.arange(nk, dtype="int32"),
+                *key_blocks(kt, ops.cast(kb, "float32"), ops.swapaxes(v_ones, -1, -2)),
             )
 
             def query_block(i, state):
@@ -291,13 +304,12 @@ def tiled_attention(query, key, value, masks, block_size):
                 # D_i instead of the tile.
                 def tile(acc, x, transposed=False):
                     dq_i, unused = acc
-                    j, kj, vj_ones = x
-                    k32 = ops.cast(kj, "float32")
-                    p, lse_ij = tile_softmax(qi, kj, i, j)
+                    j, kt_j, k32, vt_ones = x
+                    p, lse_ij = tile_softmax(qi, kt_j, i, j)
                     w = ops.where(seen_i, ops.exp(lse_ij - lse_i), 0.0)[..., None]
                     w_do = w * do_i
                     do_delta = ops.concatenate([w_do, -w * delta_i], -1)
-                    ds = p * ops.matmul(do_delta, ops.swapaxes(vj_ones, -1, -2))
+                    ds = p * ops.matmul(do_delta, vt_ones)
                     dq_i = dq_i + ops.matmul(ds, k32)
                     if transposed:
                         # dK^T = Q^T dS, dV^T = dO^T P: XLA on CPU multiplies
@@ -319,22 +331,15 @@ def tiled_attention(query, key, value, masks, block_size):
 
                 zeros = (ops.zeros_like(q32), ops.zeros_like(do_i))
                 if whole_rows:  # one key block, [bk] keys unlike the carry's [bq]
-                    x = tuple(ops.take(t, 0, axis=0) for t in tiles)
-                    (dq_i, _), (dk_i, dv_i) = tile(zeros, x, transposed=True)
+                    (dq_i, _), (dk_i, dv_i) = tile(zeros, tiles, transposed=True)
                 else:
                     body = tile if offset is None else causal_tile
                     (dq_i, _), (dk_i, dv_i) = ops.scan(body, zeros, tiles)
                 return put(dq, i, dq_i), dk + dk_i, dv + dv_i
 
-            if whole_rows:
-                dk, dv = (
-                    ops.zeros_like(ops.swapaxes(x[:, 0], -1, -2), "float32")
-                    for x in (kb, vb)
-                )
-            else:
-                dk, dv = (
-                    ops.zeros_like(ops.moveaxis(x, 1, 0), "float32") for x in (kb, vb)
-                )
+            dk, dv = key_blocks(*(ops.zeros_like(x, "float32") for x in (kb, vb)))
+            if whole_rows:  # dK^T, dV^T: [B, H, D, Tk]
+                dk, dv = ops.swapaxes(dk, -1, -2), ops.swapaxes(dv, -1, -2)
             dq, dk, dv = ops.fori_loop(
                 0, nq, query_block, (ops.zeros_like(qb, "float32"), dk, dv)
             )
