@@ -280,10 +280,18 @@ def tiled_attention(query, key, value, masks, block_size):
             v_ones = ops.concatenate(
                 [ops.cast(vb, "float32"), ops.ones_like(vb[..., :1], "float32")], -1
             )
-            # K^T, K and (V | 1)^T per key block, in the dtypes of their products.
+            # The tile products run in the score dtype (bfloat16 under
+            # mixed_bfloat16, as autodiff of the direct path would), the
+            # softmax and the sums over tiles in float32.
+            cd = qb.dtype
+            # K^T, K and (V | 1)^T per key block, in the dtype of the products.
             tiles = (
                 0 if whole_rows else ops.arange(nk, dtype="int32"),
-                *key_blocks(kt, ops.cast(kb, "float32"), ops.swapaxes(v_ones, -1, -2)),
+                *key_blocks(
+                    kt,
+                    ops.cast(kb, cd),
+                    ops.cast(ops.swapaxes(v_ones, -1, -2), cd),
+                ),
             )
 
             def query_block(i, state):
@@ -291,7 +299,6 @@ def tiled_attention(query, key, value, masks, block_size):
                 # rows [B, H, D, Tk], transposed (see the end of `tile`).
                 dq, dk, dv = state
                 qi = ops.take(qb, i, axis=1)
-                q32 = ops.cast(qi, "float32")
                 do_i, lse_i = ops.take(d_out, i, axis=1), ops.take(lse, i, axis=1)
                 seen_i = seen(lse_i)
                 delta_i = ops.expand_dims(ops.take(delta, i, axis=1), -1)
@@ -304,23 +311,28 @@ def tiled_attention(query, key, value, masks, block_size):
                 # D_i instead of the tile.
                 def tile(acc, x, transposed=False):
                     dq_i, unused = acc
-                    j, kt_j, k32, vt_ones = x
+                    j, kt_j, kj, vt_ones = x
                     p, lse_ij = tile_softmax(qi, kt_j, i, j)
                     w = ops.where(seen_i, ops.exp(lse_ij - lse_i), 0.0)[..., None]
                     w_do = w * do_i
-                    do_delta = ops.concatenate([w_do, -w * delta_i], -1)
+                    do_delta = ops.cast(ops.concatenate([w_do, -w * delta_i], -1), cd)
+                    w_do = ops.cast(w_do, cd)
+                    p = ops.cast(p, cd)
                     ds = p * ops.matmul(do_delta, vt_ones)
-                    dq_i = dq_i + ops.matmul(ds, k32)
+                    dq_i = dq_i + ops.cast(ops.matmul(ds, kj), "float32")
                     if transposed:
                         # dK^T = Q^T dS, dV^T = dO^T P: XLA on CPU multiplies
                         # by a transposed tile (dS^T Q) at under half the
                         # speed of these; without XLA they cost the same.
-                        dk_ij = ops.matmul(ops.swapaxes(q32, -1, -2), ds)
+                        dk_ij = ops.matmul(ops.swapaxes(qi, -1, -2), ds)
                         dv_ij = ops.matmul(ops.swapaxes(w_do, -1, -2), p)
                     else:
-                        dk_ij = ops.matmul(ops.swapaxes(ds, -1, -2), q32)
+                        dk_ij = ops.matmul(ops.swapaxes(ds, -1, -2), qi)
                         dv_ij = ops.matmul(ops.swapaxes(p, -1, -2), w_do)
-                    return (dq_i, unused), (dk_ij, dv_ij)
+                    return (dq_i, unused), (
+                        ops.cast(dk_ij, "float32"),
+                        ops.cast(dv_ij, "float32"),
+                    )
 
                 def causal_tile(acc, x):  # tiles above the diagonal: skipped
                     return ops.cond(
@@ -329,7 +341,7 @@ def tiled_attention(query, key, value, masks, block_size):
                         lambda: (acc, (ops.zeros_like(acc[0]), ops.zeros_like(acc[1]))),
                     )
 
-                zeros = (ops.zeros_like(q32), ops.zeros_like(do_i))
+                zeros = (ops.zeros_like(qi, "float32"), ops.zeros_like(do_i))
                 if whole_rows:  # one key block, [bk] keys unlike the carry's [bq]
                     (dq_i, _), (dk_i, dv_i) = tile(zeros, tiles, transposed=True)
                 else:
