@@ -236,7 +236,7 @@ def tiled_attention(query, key, value, masks, block_size):
         dv = _static(vb.shape)[-1]
         # K^T in the score dtype and V in float32, once for all the tiles.
         kt = ops.swapaxes(ops.cast(kb, qb.dtype), -1, -2)  # [B, nk, H, D, bk]
-        fwd_keys = key_blocks(kt, ops.cast(vb, "float32"))
+        fwd_keys = key_blocks(kt, ops.cast(vb, qb.dtype))
         rows = ops.zeros_like(qb[:, 0, ..., 0], "float32")  # [B, H, bq]
 
         # keras' scan on TensorFlow wants outputs shaped like the carry: the
@@ -253,13 +253,13 @@ def tiled_attention(query, key, value, masks, block_size):
                 new = ops.logaddexp(lse, lse_j)
                 acc = ops.expand_dims(ops.exp(lse - new), -1) * acc + ops.expand_dims(
                     ops.exp(lse_j - new), -1
-                ) * ops.matmul(p, vj)
+                ) * ops.cast(ops.matmul(ops.cast(p, qb.dtype), vj), "float32")
                 return new, acc
 
             if whole_rows:  # one key block: its softmax is the answer
                 kt_0, v0 = fwd_keys
                 p, lse_i = tile_softmax(qi, kt_0, i, 0)
-                acc = ops.matmul(p, v0)
+                acc = ops.cast(ops.matmul(ops.cast(p, qb.dtype), v0), "float32")
             else:
                 start = (rows - float("inf"), unused[0])
                 lse_i, acc = ops.fori_loop(0, last_key(i), key_tile, start)
