@@ -21,7 +21,12 @@ much as the next, so the tile math writes as few as it can: one softmax
 instead of ``exp(s - m)`` and its normalisation, ``w_i`` applied to the
 small ``dO_i`` and ``D_i`` rather than to the tile, and ``dO_i V_j^T - D_i``
 as one product (``dO_i`` with a column ``-D_i``, ``V_j`` with a column of
-ones).
+ones). Keys and values are cast and transposed once, outside the loops. With
+whole rows the backward pass forms ``dK^T = Q^T dS`` and ``dV^T = dO^T P``
+(XLA on CPU multiplies by a transposed tile, ``dS^T Q``, at under half the
+speed). The scores and the products with the weights run in the score dtype
+(bfloat16 under ``mixed_bfloat16``, as in the direct path and its autodiff);
+the softmax, ``lse`` and every sum over blocks in float32.
 
 Why our own: autodiff through the loops stores every tile's intermediates,
 and TensorFlow ran the rematerialised query blocks of a backward pass side by
@@ -234,7 +239,7 @@ def tiled_attention(query, key, value, masks, block_size):
     def attend(qb, kb, vb):
         # Forward: query blocks in sequence, key blocks with an online softmax.
         dv = _static(vb.shape)[-1]
-        # K^T in the score dtype and V in float32, once for all the tiles.
+        # K^T and V in the score dtype, once for all the tiles.
         kt = ops.swapaxes(ops.cast(kb, qb.dtype), -1, -2)  # [B, nk, H, D, bk]
         fwd_keys = key_blocks(kt, ops.cast(vb, qb.dtype))
         rows = ops.zeros_like(qb[:, 0, ..., 0], "float32")  # [B, H, bq]
@@ -284,15 +289,15 @@ def tiled_attention(query, key, value, masks, block_size):
             # mixed_bfloat16, as autodiff of the direct path would), the
             # softmax and the sums over tiles in float32.
             cd = qb.dtype
-            # K^T, K and (V | 1)^T per key block, in the dtype of the products.
+            # K^T and (V | 1)^T per key block, in the dtype of the products.
             tiles = (
                 0 if whole_rows else ops.arange(nk, dtype="int32"),
-                *key_blocks(
-                    kt,
-                    ops.cast(kb, cd),
-                    ops.cast(ops.swapaxes(v_ones, -1, -2), cd),
-                ),
+                *key_blocks(kt, ops.cast(ops.swapaxes(v_ones, -1, -2), cd)),
             )
+            # K for dQ: whole rows take it once; a square tile transposes its
+            # K^T (a third tensor scanned over is copied by each of the query
+            # blocks TensorFlow runs at once: +150-250 MiB at T=8192).
+            k_rows = ops.cast(kb[:, 0], cd) if whole_rows else None
 
             def query_block(i, state):
                 # dk, dv: [nk, B, H, bk, D], key blocks leading; with whole
@@ -311,7 +316,8 @@ def tiled_attention(query, key, value, masks, block_size):
                 # D_i instead of the tile.
                 def tile(acc, x, transposed=False):
                     dq_i, unused = acc
-                    j, kt_j, kj, vt_ones = x
+                    j, kt_j, vt_ones = x
+                    kj = k_rows if whole_rows else ops.swapaxes(kt_j, -1, -2)
                     p, lse_ij = tile_softmax(qi, kt_j, i, j)
                     w = ops.where(seen_i, ops.exp(lse_ij - lse_i), 0.0)[..., None]
                     w_do = w * do_i
@@ -324,6 +330,8 @@ def tiled_attention(query, key, value, masks, block_size):
                         # dK^T = Q^T dS, dV^T = dO^T P: XLA on CPU multiplies
                         # by a transposed tile (dS^T Q) at under half the
                         # speed of these; without XLA they cost the same.
+                        # (Square tiles keep dK, dV: keras' scan wants the
+                        # outputs shaped like its [bq, D] carry.)
                         dk_ij = ops.matmul(ops.swapaxes(qi, -1, -2), ds)
                         dv_ij = ops.matmul(ops.swapaxes(w_do, -1, -2), p)
                     else:
