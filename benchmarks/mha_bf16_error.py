@@ -1,0 +1,97 @@
+"""Error of multi-head attention under mixed_bfloat16, ours against the peer.
+
+What the speed ratios under ``mixed_bfloat16`` leave out: our layers
+normalise the scores in float32 (the layer contract), while
+``keras.layers.MultiHeadAttention`` runs its softmax in the compute dtype,
+bfloat16. This script measures what that buys. Self-attention of ``x``
+``[B=2, T, 512]`` (random normal) with 8 heads of 64: our
+``MultiHeadAttention`` (``implementation="auto"``: the tiled path at T=2048)
+and the peer, both under ``mixed_bfloat16`` with the same weights, against
+the peer in float64 with those weights as the reference. Reported: the
+largest and the root-mean-square error of the output and of the gradient of
+``sum(output * r)`` (``r`` a fixed random tensor) with respect to ``x``, each
+relative to the reference's largest absolute value.
+
+Usage: ``python -m benchmarks.mha_bf16_error [--seq 512,2048]``
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+B, D, HEADS, KEY_DIM = 2, 512, 8, 64
+
+
+def errors(t):
+    """``{name: {"output": (max, rms), "grad_x": (max, rms)}}`` at length ``t``."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import attention_layers as al
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(B, t, D))
+    r = rng.normal(size=(B, t, D))
+    layers = {
+        "ours": al.MultiHeadAttention(
+            num_heads=HEADS, key_dim=KEY_DIM, dtype="mixed_bfloat16"
+        ),
+        "peer": keras.layers.MultiHeadAttention(
+            num_heads=HEADS, key_dim=KEY_DIM, dtype="mixed_bfloat16"
+        ),
+        "reference": keras.layers.MultiHeadAttention(
+            num_heads=HEADS, key_dim=KEY_DIM, dtype="float64"
+        ),
+    }
+    for layer in layers.values():
+        layer(x[:, :4], x[:, :4])
+    weights = layers["ours"].get_weights()
+    for layer in layers.values():
+        layer.set_weights(weights)
+
+    def run(layer):
+        dtype = "float64" if layer is layers["reference"] else "float32"
+        xt = tf.constant(x, dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            out = tf.cast(layer(xt, xt), dtype)
+            loss = tf.reduce_sum(out * tf.constant(r, dtype))
+        grad = tape.gradient(loss, xt)
+        return np.asarray(out, "float64"), np.asarray(grad, "float64")
+
+    want = run(layers["reference"])
+    result = {}
+    for name in ("ours", "peer"):
+        got = run(layers[name])
+        result[name] = {
+            what: (
+                float(np.max(np.abs(g - w)) / np.max(np.abs(w))),
+                float(np.sqrt(np.mean((g - w) ** 2)) / np.max(np.abs(w))),
+            )
+            for what, g, w in zip(("output", "grad_x"), got, want, strict=True)
+        }
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", default="512,2048")
+    args = parser.parse_args(argv)
+    print("| T | tensor | ours max | peer max | ours rms | peer rms |")
+    print("|---|---|---|---|---|---|")
+    for t in (int(s) for s in args.seq.split(",")):
+        res = errors(t)
+        for what in ("output", "grad_x"):
+            o, p = res["ours"][what], res["peer"][what]
+            print(
+                f"| {t} | {what} | {o[0]:.1e} | {p[0]:.1e} | {o[1]:.1e} | {p[1]:.1e} |"
+            )
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
