@@ -233,6 +233,7 @@ def tiled_attention(query, key, value, masks, block_size):
         return tuple(ops.moveaxis(x, 1, 0) for x in xs)
 
     def key_block(xs, j):
+        """Key block ``j`` of each of ``xs`` from `key_blocks`."""
         return xs if whole_rows else tuple(ops.take(x, j, axis=0) for x in xs)
 
     @ops.custom_gradient
@@ -314,7 +315,7 @@ def tiled_attention(query, key, value, masks, block_size):
                 # The weights are P = w * p, p the tile's own softmax and w
                 # = exp(lse_ij - lse_i) per row: w scales the small dO_i and
                 # D_i instead of the tile.
-                def tile(acc, x, transposed=False):
+                def tile(acc, x):
                     dq_i, unused = acc
                     j, kt_j, vt_ones = x
                     kj = k_rows if whole_rows else ops.swapaxes(kt_j, -1, -2)
@@ -326,7 +327,7 @@ def tiled_attention(query, key, value, masks, block_size):
                     p = ops.cast(p, cd)
                     ds = p * ops.matmul(do_delta, vt_ones)
                     dq_i = dq_i + ops.cast(ops.matmul(ds, kj), "float32")
-                    if transposed:
+                    if whole_rows:
                         # dK^T = Q^T dS, dV^T = dO^T P: XLA on CPU multiplies
                         # by a transposed tile (dS^T Q) at under half the
                         # speed of these; without XLA they cost the same.
@@ -351,7 +352,7 @@ def tiled_attention(query, key, value, masks, block_size):
 
                 zeros = (ops.zeros_like(qi, "float32"), ops.zeros_like(do_i))
                 if whole_rows:  # one key block, [bk] keys unlike the carry's [bq]
-                    (dq_i, _), (dk_i, dv_i) = tile(zeros, tiles, transposed=True)
+                    (dq_i, _), (dk_i, dv_i) = tile(zeros, tiles)
                 else:
                     body = tile if offset is None else causal_tile
                     (dq_i, _), (dk_i, dv_i) = ops.scan(body, zeros, tiles)
