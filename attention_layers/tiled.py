@@ -240,9 +240,18 @@ def tiled_attention(query, key, value, masks, block_size):
     def attend(qb, kb, vb):
         # Forward: query blocks in sequence, key blocks with an online softmax.
         dv = _static(vb.shape)[-1]
-        # K^T and V in the score dtype, once for all the tiles.
-        kt = ops.swapaxes(ops.cast(kb, qb.dtype), -1, -2)  # [B, nk, H, D, bk]
-        fwd_keys = key_blocks(kt, ops.cast(vb, qb.dtype))
+        # The products run in the score dtype (bfloat16 under mixed_bfloat16,
+        # as in the direct path and its autodiff); the softmax, lse and the
+        # sums over blocks in float32.
+        cd = qb.dtype
+        # K^T and V, once for all the tiles.
+        kt = ops.swapaxes(ops.cast(kb, cd), -1, -2)  # [B, nk, H, D, bk]
+        fwd_keys = key_blocks(kt, ops.cast(vb, cd))
+
+        def context(p, v):
+            """``P V`` in the score dtype, as float32."""
+            return ops.cast(ops.matmul(ops.cast(p, cd), v), "float32")
+
         rows = ops.zeros_like(qb[:, 0, ..., 0], "float32")  # [B, H, bq]
 
         # keras' scan on TensorFlow wants outputs shaped like the carry: the
@@ -259,13 +268,13 @@ def tiled_attention(query, key, value, masks, block_size):
                 new = ops.logaddexp(lse, lse_j)
                 acc = ops.expand_dims(ops.exp(lse - new), -1) * acc + ops.expand_dims(
                     ops.exp(lse_j - new), -1
-                ) * ops.cast(ops.matmul(ops.cast(p, qb.dtype), vj), "float32")
+                ) * context(p, vj)
                 return new, acc
 
             if whole_rows:  # one key block: its softmax is the answer
                 kt_0, v0 = fwd_keys
                 p, lse_i = tile_softmax(qi, kt_0, i, 0)
-                acc = ops.cast(ops.matmul(ops.cast(p, qb.dtype), v0), "float32")
+                acc = context(p, v0)
             else:
                 start = (rows - float("inf"), unused[0])
                 lse_i, acc = ops.fori_loop(0, last_key(i), key_tile, start)
@@ -284,16 +293,12 @@ def tiled_attention(query, key, value, masks, block_size):
             # V gets a column of ones, so that one product gives dO V^T - D
             # (dO gets the column -D): one tile-sized write less per tile.
             v_ones = ops.concatenate(
-                [ops.cast(vb, "float32"), ops.ones_like(vb[..., :1], "float32")], -1
+                [ops.cast(vb, cd), ops.ones_like(vb[..., :1], cd)], -1
             )
-            # The tile products run in the score dtype (bfloat16 under
-            # mixed_bfloat16, as autodiff of the direct path would), the
-            # softmax and the sums over tiles in float32.
-            cd = qb.dtype
-            # K^T and (V | 1)^T per key block, in the dtype of the products.
+            # K^T and (V | 1)^T per key block.
             tiles = (
                 0 if whole_rows else ops.arange(nk, dtype="int32"),
-                *key_blocks(kt, ops.cast(ops.swapaxes(v_ones, -1, -2), cd)),
+                *key_blocks(kt, ops.swapaxes(v_ones, -1, -2)),
             )
             # K for dQ: whole rows take it once; a square tile transposes its
             # K^T (a third tensor scanned over is copied by each of the query
