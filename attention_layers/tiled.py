@@ -26,7 +26,11 @@ whole rows the backward pass forms ``dK^T = Q^T dS`` and ``dV^T = dO^T P``
 (XLA on CPU multiplies by a transposed tile, ``dS^T Q``, at under half the
 speed). The scores and the products with the weights run in the score dtype
 (bfloat16 under ``mixed_bfloat16``, as in the direct path and its autodiff);
-the softmax, ``lse`` and every sum over blocks in float32.
+the softmax, ``lse`` and every sum over blocks in float32. Whole rows of
+bfloat16 scores go through one native bfloat16 softmax op where that op
+computes in float32 (TensorFlow's oneDNN kernel; checked in the graph, see
+`native_softmax_is_float32`), at half the cost of casting the scores to
+float32 and the weights back.
 
 Why our own: autodiff through the loops stores every tile's intermediates,
 and TensorFlow ran the rematerialised query blocks of a backward pass side by
@@ -35,8 +39,11 @@ side, so memory grew with ``Tq * Tk`` after all (4.8 GiB at T=8192 against
 causal mask the tiles above the diagonal are skipped, not just masked.
 """
 
+import functools
 from typing import NamedTuple
 
+import keras
+import numpy as np
 from keras import ops
 
 from attention_layers import masking
@@ -88,6 +95,47 @@ def pad_steps(x, pad, axis=1, value=0):
     widths = [[0, 0] for _ in x.shape]
     widths[axis] = [0, pad]
     return ops.pad(x, widths, constant_values=value)
+
+
+# Scores for `native_softmax_is_float32`: a row where a running sum kept in
+# a 16-bit float stalls (one score of 0, 1023 of -5: the true largest weight
+# is 0.1267, a bfloat16 sum gives 0.125), and rows of spread scores whose
+# weights change when the exponentials are rounded to 16 bits.
+_PROBE = np.concatenate(
+    [[[0.0] + [-5.0] * 1023], 3 * np.random.RandomState(0).normal(size=(16, 1024))]
+).astype("float32")
+
+
+def native_softmax_is_float32(dtype, zero, softmax=ops.softmax):
+    """Scalar bool tensor: does ``ops.softmax`` of ``dtype`` scores give, bit
+    for bit, the float32 softmax rounded to ``dtype``, where it runs?
+
+    TensorFlow's oneDNN softmax kernel for bfloat16 (x86 CPUs) converts
+    to float32 inside: its weights equal those of casting the scores to
+    float32, a float32 softmax and a cast back, in half the time. Other
+    kernels do not: XLA rounds the exponentials to bfloat16, and
+    TensorFlow's Eigen kernel (oneDNN off) also sums in bfloat16 (measured:
+    the row of -5s gives 0.125). The check runs in the caller's graph, so it
+    meets the kernel the caller's softmax will get; ``zero`` is a zero
+    computed from the call's inputs, so that no graph optimiser evaluates the
+    check ahead of time with another kernel (TensorFlow's constant folding
+    did, with the Eigen one). NaN or inf inputs make it ``False``.
+    ``softmax(x, axis)`` is the kernel to check (tests pass stand-ins).
+
+    >>> bool(native_softmax_is_float32("float32", 0.0))
+    True
+    """
+    probe = ops.cast(ops.convert_to_tensor(_PROBE) + zero, dtype)
+    exact = ops.cast(ops.softmax(ops.cast(probe, "float32"), axis=-1), dtype)
+    return ops.all(ops.equal(softmax(probe, axis=-1), exact))
+
+
+def both_ways(flag, build):
+    """``build(False)``, or where ``flag`` is a scalar bool tensor, whichever
+    of ``build(True)`` and ``build(False)`` it picks."""
+    if flag is None:
+        return build(False)
+    return ops.cond(flag, lambda: build(True), lambda: build(False))
 
 
 # Without a causal mask, a query block takes all the keys at once (one
@@ -182,15 +230,15 @@ def tiled_attention(query, key, value, masks, block_size):
             return nk
         return ops.clip((i * bq + bq - 1 + offset) // bk + 1, 0, nk)
 
-    def scores(qi, kt_j, i, j):
-        """Tile (i, j)'s float32 scores, masked, and its mask (``kt_j``: K_j^T)."""
-        s = ops.cast(ops.matmul(qi, kt_j), "float32")
+    def scores(qi, kt_j, i, j, dtype="float32"):
+        """Tile (i, j)'s scores in ``dtype``, masked, and its mask (``kt_j``: K_j^T)."""
+        s = ops.cast(ops.matmul(qi, kt_j), dtype)
         mask = tile_mask(i, j)
         if mask is not None:
             s = ops.where(mask, s, masking.MASK_FILL)
         return s, mask
 
-    def tile_softmax(qi, kt_j, i, j):
+    def tile_softmax(qi, kt_j, i, j, native=False):
         """Tile (i, j)'s softmax over its own keys and each row's log-sum-exp.
 
         One softmax op writes the weights (where ``exp(s - m)`` and its
@@ -203,14 +251,24 @@ def tiled_attention(query, key, value, masks, block_size):
         score, ``p_max = exp(m - lse)``, so ``lse = m - log p_max`` (``p_max
         >= 1 / bk``: no underflow), and a row with no real key in the tile
         gets ``lse ~ MASK_FILL``, which weighs nothing against a real tile.
+
+        ``native`` (whole rows of bfloat16 scores only) is for where
+        `native_softmax_is_float32` holds: the weights then come, in
+        bfloat16, from one softmax op on the bfloat16 scores rather than
+        from a cast to float32, a softmax and a cast back (the same numbers;
+        bfloat16 has float32's range, so ``MASK_FILL`` is as safe in it).
         """
-        s, mask = scores(qi, kt_j, i, j)
-        # One key: the weight is 1 (keras warns about a softmax over size 1).
-        p = ops.ones_like(s) if bk == 1 else ops.softmax(s, axis=-1)
+        if native:
+            s, mask = scores(qi, kt_j, i, j, qi.dtype)
+            p = ops.softmax(s, axis=-1)
+        else:
+            s, mask = scores(qi, kt_j, i, j)
+            # One key: the weight is 1 (keras warns about a softmax over size 1).
+            p = ops.ones_like(s) if bk == 1 else ops.softmax(s, axis=-1)
         if not whole_rows:
             return p, ops.max(s, axis=-1) - ops.log(ops.max(p, axis=-1))
         if mask is None:
-            return p, ops.zeros_like(p[..., 0])
+            return p, ops.zeros_like(p[..., 0], "float32")
         real = ops.broadcast_to(ops.any(mask, axis=-1), ops.shape(p)[:-1])
         return p, ops.where(real, 0.0, -float("inf"))
 
@@ -244,6 +302,21 @@ def tiled_attention(query, key, value, masks, block_size):
         # as in the direct path and its autodiff); the softmax, lse and the
         # sums over blocks in float32.
         cd = qb.dtype
+        # Whole rows of bfloat16 scores on TensorFlow: a native bfloat16
+        # softmax where it computes in float32, checked in this graph; the
+        # loops are built both ways and the check picks one (a choice per
+        # tile cost XLA 3%). On JAX it never holds: XLA rounds the
+        # exponentials, and checking would only compile both.
+        native_check = None
+        if (
+            whole_rows
+            and bk > 1
+            and keras.backend.standardize_dtype(cd) == "bfloat16"
+            and keras.backend.backend() == "tensorflow"
+        ):
+            first = ops.cast(ops.sum(qb[:1, :1, :1, :1, :1]), "float32")
+            zero = ops.minimum(ops.abs(first), 0.0)
+            native_check = native_softmax_is_float32(cd, zero)
         # K^T and V, once for all the tiles.
         kt = ops.swapaxes(ops.cast(kb, cd), -1, -2)  # [B, nk, H, D, bk]
         fwd_keys = key_blocks(kt, ops.cast(vb, cd))
@@ -256,7 +329,7 @@ def tiled_attention(query, key, value, masks, block_size):
 
         # keras' scan on TensorFlow wants outputs shaped like the carry: the
         # carry is an unused pair shaped like one block's outputs.
-        def query_block(unused, i):
+        def query_block(unused, i, native=False):
             qi = ops.take(qb, i, axis=1)
 
             # The running output is normalised over the keys seen so far;
@@ -273,7 +346,7 @@ def tiled_attention(query, key, value, masks, block_size):
 
             if whole_rows:  # one key block: its softmax is the answer
                 kt_0, v0 = fwd_keys
-                p, lse_i = tile_softmax(qi, kt_0, i, 0)
+                p, lse_i = tile_softmax(qi, kt_0, i, 0, native)
                 acc = context(p, v0)
             else:
                 start = (rows - float("inf"), unused[0])
@@ -282,9 +355,12 @@ def tiled_attention(query, key, value, masks, block_size):
             return unused, (out_i, lse_i)
 
         block = ops.zeros_like(qb[:, 0, ..., :1], "float32") * ops.zeros((dv,))
-        _, (out, lse) = ops.scan(
-            query_block, (block, rows), ops.arange(nq, dtype="int32")
-        )
+
+        def forward(native):
+            body = functools.partial(query_block, native=native)
+            return ops.scan(body, (block, rows), ops.arange(nq, dtype="int32"))[1]
+
+        out, lse = both_ways(native_check, forward)
         out, lse = ops.moveaxis(out, 0, 1), ops.moveaxis(lse, 0, 1)
 
         def grad(*args, upstream=None):
@@ -305,7 +381,7 @@ def tiled_attention(query, key, value, masks, block_size):
             # blocks TensorFlow runs at once: +150-250 MiB at T=8192).
             k_rows = ops.cast(kb[:, 0], cd) if whole_rows else None
 
-            def query_block(i, state):
+            def query_block(i, state, native=False):
                 # dk, dv: [nk, B, H, bk, D], key blocks leading; with whole
                 # rows [B, H, D, Tk], transposed (see the end of `tile`).
                 dq, dk, dv = state
@@ -324,14 +400,17 @@ def tiled_attention(query, key, value, masks, block_size):
                     dq_i, unused = acc
                     j, kt_j, vt_ones = x
                     kj = k_rows if whole_rows else ops.swapaxes(kt_j, -1, -2)
-                    p, lse_ij = tile_softmax(qi, kt_j, i, j)
+                    p, lse_ij = tile_softmax(qi, kt_j, i, j, native)
                     w = ops.where(seen_i, ops.exp(lse_ij - lse_i), 0.0)[..., None]
                     w_do = w * do_i
                     do_delta = ops.cast(ops.concatenate([w_do, -w * delta_i], -1), cd)
                     w_do = ops.cast(w_do, cd)
                     p = ops.cast(p, cd)
                     ds = p * ops.matmul(do_delta, vt_ones)
-                    dq_i = dq_i + ops.cast(ops.matmul(ds, kj), "float32")
+                    dq_ij = ops.matmul(ds, kj)
+                    # One key block: dQ_i is this product, kept in the
+                    # gradient's dtype; otherwise a float32 sum over blocks.
+                    dq_i = dq_ij if whole_rows else dq_i + ops.cast(dq_ij, "float32")
                     if whole_rows:
                         # dK^T = Q^T dS, dV^T = dO^T P: XLA on CPU multiplies
                         # by a transposed tile (dS^T Q) at under half the
@@ -361,14 +440,19 @@ def tiled_attention(query, key, value, masks, block_size):
                 else:
                     body = tile if offset is None else causal_tile
                     (dq_i, _), (dk_i, dv_i) = ops.scan(body, zeros, tiles)
-                return put(dq, i, dq_i), dk + dk_i, dv + dv_i
+                return put(dq, i, ops.cast(dq_i, dq.dtype)), dk + dk_i, dv + dv_i
 
             dk, dv = key_blocks(*(ops.zeros_like(x, "float32") for x in (kb, vb)))
             if whole_rows:  # dK^T, dV^T: [B, H, D, Tk]
                 dk, dv = ops.swapaxes(dk, -1, -2), ops.swapaxes(dv, -1, -2)
-            dq, dk, dv = ops.fori_loop(
-                0, nq, query_block, (ops.zeros_like(qb, "float32"), dk, dv)
-            )
+            # dQ in the gradient's dtype: each block's rows are put once.
+            start = (ops.zeros_like(qb), dk, dv)
+
+            def backward(native):
+                body = functools.partial(query_block, native=native)
+                return ops.fori_loop(0, nq, body, start)
+
+            dq, dk, dv = both_ways(native_check, backward)
             if whole_rows:  # [B, H, D, Tk] -> [B, 1, H, Tk, D]
                 dk, dv = (ops.expand_dims(ops.swapaxes(x, -1, -2), 1) for x in (dk, dv))
             else:

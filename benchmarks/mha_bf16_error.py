@@ -1,9 +1,12 @@
 """Error of multi-head attention under mixed_bfloat16, ours against the peer.
 
-What the speed ratios under ``mixed_bfloat16`` leave out: our layers
-normalise the scores in float32 (the layer contract), while
-``keras.layers.MultiHeadAttention`` runs its softmax in the compute dtype,
-bfloat16. This script measures what that buys. Self-attention of ``x``
+What the speed ratios under ``mixed_bfloat16`` leave out: whether the two
+sides lose the same to bfloat16. Both normalise the scores in float32: ours
+by the layer contract (the tiled path through TensorFlow's native bfloat16
+softmax where that kernel computes in float32, see
+``attention_layers.tiled.native_softmax_is_float32``), the peer because
+``keras.ops.dot_product_attention``, which it calls, casts the scores to
+float32 on TensorFlow. Both run the products in bfloat16. Self-attention of ``x``
 ``[B=2, T, 512]`` (random normal) with 8 heads of 64: our
 ``MultiHeadAttention`` (``implementation="auto"``: the tiled path at T=2048)
 and the peer, both under ``mixed_bfloat16`` with the same weights, against

@@ -328,6 +328,101 @@ def test_tiled_under_mixed_bfloat16_matches_direct_with_gradients(mode, monkeypa
         np.testing.assert_allclose(g, w, atol=5e-2, rtol=5e-2)
 
 
+# -- the bfloat16 softmax check -------------------------------------------------------
+def float32_inside(s, axis=-1):
+    """A softmax that computes in float32: the contract's."""
+    x = keras.ops.cast(s, "float32")
+    return keras.ops.cast(keras.ops.softmax(x, axis=axis), s.dtype)
+
+
+def rounded_exponentials(s, axis=-1):
+    """XLA's bfloat16 softmax: exponentials rounded to bfloat16, summed in float32."""
+    x = keras.ops.cast(s, "float32")
+    e = keras.ops.exp(x - keras.ops.max(x, axis, keepdims=True))
+    e = keras.ops.cast(keras.ops.cast(e, s.dtype), "float32")
+    return keras.ops.cast(e / keras.ops.sum(e, axis, keepdims=True), s.dtype)
+
+
+def rounded_sum(s, axis=-1):
+    """Float32 exponentials over a sum rounded to bfloat16."""
+    x = keras.ops.cast(s, "float32")
+    e = keras.ops.exp(x - keras.ops.max(x, axis, keepdims=True))
+    total = keras.ops.cast(keras.ops.sum(e, axis, keepdims=True), s.dtype)
+    return keras.ops.cast(e / keras.ops.cast(total, "float32"), s.dtype)
+
+
+@pytest.mark.parametrize(
+    "softmax, holds",
+    [(float32_inside, True), (rounded_exponentials, False), (rounded_sum, False)],
+)
+def test_native_softmax_check_tells_float32_kernels_apart(softmax, holds):
+    check = tiled_module.native_softmax_is_float32("bfloat16", 0.0, softmax)
+    assert bool(to_numpy(check)) == holds
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow-only path")
+@pytest.mark.parametrize("jit", [False, True])
+def test_native_softmax_check_implies_float32_weights_at_full_size(jit):
+    # Wherever the check holds in a graph (TensorFlow's oneDNN kernel; not
+    # XLA, not the Eigen kernel), the native bfloat16 softmax of full-size
+    # rows gives the float32 weights bit for bit.
+    import tensorflow as tf
+
+    scores = tf.constant(3 * RNG.normal(size=(4, 256, 2048)), tf.bfloat16)
+
+    @tf.function(jit_compile=jit)
+    def run(s):
+        zero = tf.minimum(tf.abs(tf.cast(s[0, 0, 0], tf.float32)), 0.0)
+        holds = tiled_module.native_softmax_is_float32(s.dtype, zero)
+        same = tf.reduce_all(tf.nn.softmax(s) == float32_inside(s))
+        return holds, same
+
+    holds, same = run(scores)
+    assert same or not holds
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow-only path")
+@pytest.mark.parametrize("native", [True, False])
+def test_tiled_bfloat16_native_and_cast_softmax_agree(native, monkeypatch):
+    # The whole-row tiles of bfloat16 scores take the native softmax where
+    # the check holds: forced either way, forward and backward match the
+    # direct path, and where the check holds here, each other bit for bit.
+    import tensorflow as tf
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    direct = layer_on("direct")
+    direct(Q, V, key=K)
+    layer = same_weights(layer_on("tiled"), direct, Q, V, key=K)
+    m = masks()
+
+    def through(layer):
+        return tf.function(lambda q, k, v: layer(q, v, key=k, **m))
+
+    def run(flag):
+        monkeypatch.setattr(
+            tiled_module,
+            "native_softmax_is_float32",
+            lambda *args: tf.constant(flag),
+        )
+        out = to_numpy(through(layer)(Q, K, V)).astype("float32")
+        return out, input_grads(through(layer), Q, K, V)
+
+    out, grads = run(native)
+    np.testing.assert_allclose(
+        out, to_numpy(through(direct)(Q, K, V)).astype("float32"), atol=3e-2
+    )
+    for g, w in zip(grads, input_grads(through(direct), Q, K, V), strict=True):
+        np.testing.assert_allclose(g, w, atol=5e-2, rtol=5e-2)
+    monkeypatch.undo()
+    check = tf.function(tiled_module.native_softmax_is_float32)
+    if not bool(check("bfloat16", tf.constant(0.0))):  # a graph input: not folded
+        pytest.skip("this machine's bfloat16 softmax does not compute in float32")
+    other_out, other_grads = run(not native)
+    np.testing.assert_array_equal(out, other_out)
+    for g, w in zip(grads, other_grads, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 # -- the KV cache ---------------------------------------------------------------------
 def decoder_layer():
     layer = al.MultiHeadAttention(num_heads=2, key_dim=3)
