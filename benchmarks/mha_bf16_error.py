@@ -15,7 +15,11 @@ largest and the root-mean-square error of the output and of the gradient of
 ``sum(output * r)`` (``r`` a fixed random tensor) with respect to ``x``, each
 relative to the reference's largest absolute value.
 
-Usage: ``python -m benchmarks.mha_bf16_error [--seq 512,2048]``
+Eagerly by default (TensorFlow without XLA: on oneDNN machines ours takes
+the native bfloat16 softmax); ``--xla`` runs both sides compiled with XLA
+(ours then takes float32 score products and the cast softmax).
+
+Usage: ``python -m benchmarks.mha_bf16_error [--seq 512,2048] [--xla]``
 """
 
 import argparse
@@ -28,7 +32,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 B, D, HEADS, KEY_DIM = 2, 512, 8, 64
 
 
-def errors(t):
+def errors(t, xla=False):
     """``{name: {"output": (max, rms), "grad_x": (max, rms)}}`` at length ``t``."""
     import keras
     import numpy as np
@@ -36,6 +40,7 @@ def errors(t):
 
     import attention_layers as al
 
+    keras.utils.set_random_seed(0)  # the same weights in every run
     rng = np.random.default_rng(0)
     x = rng.normal(size=(B, t, D))
     r = rng.normal(size=(B, t, D))
@@ -58,12 +63,17 @@ def errors(t):
 
     def run(layer):
         dtype = "float64" if layer is layers["reference"] else "float32"
-        xt = tf.constant(x, dtype)
-        with tf.GradientTape() as tape:
-            tape.watch(xt)
-            out = tf.cast(layer(xt, xt), dtype)
-            loss = tf.reduce_sum(out * tf.constant(r, dtype))
-        grad = tape.gradient(loss, xt)
+
+        def step(xt):
+            with tf.GradientTape() as tape:
+                tape.watch(xt)
+                out = tf.cast(layer(xt, xt), dtype)
+                loss = tf.reduce_sum(out * tf.constant(r, dtype))
+            return out, tape.gradient(loss, xt)
+
+        if xla and layer is not layers["reference"]:
+            step = tf.function(step, jit_compile=True)
+        out, grad = step(tf.constant(x, dtype))
         return np.asarray(out, "float64"), np.asarray(grad, "float64")
 
     want = run(layers["reference"])
@@ -83,11 +93,12 @@ def errors(t):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", default="512,2048")
+    parser.add_argument("--xla", action="store_true", help="compile with XLA")
     args = parser.parse_args(argv)
     print("| T | tensor | ours max | peer max | ours rms | peer rms |")
     print("|---|---|---|---|---|---|")
     for t in (int(s) for s in args.seq.split(",")):
-        res = errors(t)
+        res = errors(t, args.xla)
         for what in ("output", "grad_x"):
             o, p = res["ours"][what], res["peer"][what]
             print(
