@@ -20,12 +20,20 @@ PATHS = ["direct", "fused", "tiled"]
 # log-sum-exp (the default past tiled.WHOLE_ROW_ELEMENTS).
 TILED_PATHS = ["tiled", "tiled-square"]
 BACKEND = keras.backend.backend()
+TF_ONLY = pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow-only path")
 
 
 def path(implementation, monkeypatch):
     """The layer's ``implementation`` for a test path name."""
     if implementation == "tiled-square":
         monkeypatch.setattr(tiled_module, "WHOLE_ROW_ELEMENTS", 0)
+        return "tiled"
+    if implementation in ("tiled-native", "tiled-cast"):
+        # Whole rows of bfloat16 scores with the native softmax check forced.
+        native = keras.ops.convert_to_tensor(implementation == "tiled-native")
+        monkeypatch.setattr(
+            tiled_module, "native_softmax_is_float32", lambda *args: native
+        )
         return "tiled"
     return implementation
 
@@ -305,9 +313,18 @@ def test_fast_paths_under_mixed_float16(implementation, monkeypatch):
     assert np.isfinite(big).all()
 
 
-@pytest.mark.parametrize("mode", TILED_PATHS)
+@pytest.mark.parametrize(
+    "mode",
+    [
+        *TILED_PATHS,
+        pytest.param("tiled-native", marks=TF_ONLY),
+        pytest.param("tiled-cast", marks=TF_ONLY),
+    ],
+)
 def test_tiled_under_mixed_bfloat16_matches_direct_with_gradients(mode, monkeypatch):
     # bfloat16 queries, keys and values; both paths normalise in float32.
+    # On TensorFlow whole rows take the native softmax where the check holds,
+    # else float32 score products: "tiled-native" and "tiled-cast" force each.
     keras.config.set_dtype_policy("mixed_bfloat16")
     direct = layer_on("direct")
     direct(Q, V, key=K)
@@ -360,7 +377,7 @@ def test_native_softmax_check_tells_float32_kernels_apart(softmax, holds):
     assert bool(to_numpy(check)) == holds
 
 
-@pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow-only path")
+@TF_ONLY
 @pytest.mark.parametrize("jit", [False, True])
 def test_native_softmax_check_implies_float32_weights_at_full_size(jit):
     # Wherever the check holds in a graph (TensorFlow's oneDNN kernel; not
@@ -379,37 +396,6 @@ def test_native_softmax_check_implies_float32_weights_at_full_size(jit):
 
     holds, same = run(scores)
     assert same or not holds
-
-
-@pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow-only path")
-@pytest.mark.parametrize("native", [True, False])
-def test_tiled_bfloat16_native_and_cast_softmax_match_direct(native, monkeypatch):
-    # Whole-row tiles of bfloat16 scores take the native softmax where the
-    # check holds, else float32 scores: forced either way, forward and
-    # backward match the direct path.
-    import tensorflow as tf
-
-    monkeypatch.setattr(
-        tiled_module, "native_softmax_is_float32", lambda *args: tf.constant(native)
-    )
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    direct = layer_on("direct")
-    direct(Q, V, key=K)
-    layer = same_weights(layer_on("tiled"), direct, Q, V, key=K)
-    m = masks()
-
-    def through(layer):
-        return tf.function(lambda q, k, v: layer(q, v, key=k, **m))
-
-    got = to_numpy(through(layer)(Q, K, V)).astype("float32")
-    want = to_numpy(through(direct)(Q, K, V)).astype("float32")
-    np.testing.assert_allclose(got, want, atol=3e-2)
-    for g, w in zip(
-        input_grads(through(layer), Q, K, V),
-        input_grads(through(direct), Q, K, V),
-        strict=True,
-    ):
-        np.testing.assert_allclose(g, w, atol=5e-2, rtol=5e-2)
 
 
 # -- the KV cache ---------------------------------------------------------------------
