@@ -6,7 +6,8 @@ by the layer contract (the tiled path through TensorFlow's native bfloat16
 softmax where that kernel computes in float32, see
 ``attention_layers.tiled.native_softmax_is_float32``), the peer because
 ``keras.ops.dot_product_attention``, which it calls, casts the scores to
-float32 on TensorFlow. Both run the products in bfloat16. Self-attention of ``x``
+float32 on TensorFlow. Both run the products with the weights in bfloat16
+(ours takes the scores themselves in float32 under XLA, below). Self-attention of ``x``
 ``[B=2, T, 512]`` (random normal) with 8 heads of 64: our
 ``MultiHeadAttention`` (``implementation="auto"``: the tiled path at T=2048)
 and the peer, both under ``mixed_bfloat16`` with the same weights, against
