@@ -27,6 +27,39 @@ def static_shape(shape):
     return tuple(d if isinstance(d, int) else None for d in shape)
 
 
+def linear(x, w):
+    """``x @ w`` over the last axis of ``x``, computed as one 2-D matmul.
+
+    ``w`` is ``[D, U]`` (or ``[D]``, which drops the last axis). On TensorFlow
+    the matmul of a rank-3 or higher tensor by a matrix is a ``tensordot``,
+    whose transposes take their permutation as a tensor; inside a
+    differentiated loop (a decoder's steps) XLA then cannot compile the
+    gradient ("must be a compile-time constant"). A reshape to 2-D is the
+    same arithmetic without that transpose.
+    """
+    x = ops.convert_to_tensor(x)
+    vector = len(w.shape) == 1
+    if vector:
+        w = ops.expand_dims(w, 1)
+    if len(x.shape) == 2:
+        out = ops.matmul(x, w)
+    else:
+        lead = ops.shape(x)[:-1]
+        flat = ops.reshape(x, (-1, ops.shape(x)[-1]))
+        out = ops.reshape(ops.matmul(flat, w), (*lead, w.shape[-1]))
+    return ops.squeeze(out, -1) if vector else out
+
+
+def apply_dense(layer, x):
+    """``layer(x)`` for a ``Dense`` layer, on any rank, as a 2-D matmul (`linear`)."""
+    x = ops.convert_to_tensor(x)
+    if len(x.shape) == 2:
+        return layer(x)
+    lead = ops.shape(x)[:-1]
+    out = layer(ops.reshape(x, (-1, ops.shape(x)[-1])))
+    return ops.reshape(out, (*lead, layer.units))
+
+
 def input_error(layer, argument, expected, received):
     """The ``ValueError`` every layer raises for bad input, in one format."""
     return ValueError(

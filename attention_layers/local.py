@@ -4,7 +4,12 @@ import keras
 from keras import ops
 
 from attention_layers import masking
-from attention_layers.base import ScoreAttention, check_mask_shape, static_shape
+from attention_layers.base import (
+    ScoreAttention,
+    check_mask_shape,
+    linear,
+    static_shape,
+)
 
 MODES = ("monotonic", "predictive")
 SCORE_MODES = ("dot", "general", "concat")
@@ -186,8 +191,8 @@ class LocalAttention(ScoreAttention):
                 )
             # float32 whatever the policy: p_t is a source index, and float16
             # or bfloat16 cannot even represent the integers past 2048 or 256.
-            hidden = ops.tanh(ops.matmul(ops.cast(query, "float32"), self.W_p))
-            logit = ops.matmul(hidden, self.v_p)
+            hidden = ops.tanh(linear(ops.cast(query, "float32"), self.W_p))
+            logit = linear(hidden, self.v_p)
             if inputs.value_mask is None:
                 length = ops.cast(ops.shape(inputs.value)[1], "float32")
             else:
@@ -224,17 +229,13 @@ class LocalAttention(ScoreAttention):
         if self.score_mode == "concat":
             dq = query.shape[-1]
             w = ops.cast(self.W_a, self.compute_dtype)
-            hidden = ops.expand_dims(ops.matmul(query, w[:dq]), 2) + ops.matmul(
-                keys, w[dq:]
-            )
-            scores = ops.matmul(
-                ops.tanh(hidden), ops.cast(self.v_a, self.compute_dtype)
-            )
+            hidden = ops.expand_dims(linear(query, w[:dq]), 2) + linear(keys, w[dq:])
+            scores = linear(ops.tanh(hidden), ops.cast(self.v_a, self.compute_dtype))
         else:
             query = ops.cast(query, dtype)
             if self.score_mode == "general":
                 kernel = ops.cast(self.W_a.kernel, dtype)  # [Dk, Dq]
-                query = ops.matmul(query, ops.transpose(kernel))
+                query = linear(query, ops.transpose(kernel))
             scores = ops.einsum("bqd,bqwd->bqw", query, ops.cast(keys, dtype))
         scores = ops.cast(scores, "float32")
         if self.scale:

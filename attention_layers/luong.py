@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from attention_layers.additive import additive_scores
-from attention_layers.base import ScoreAttention
+from attention_layers.base import ScoreAttention, apply_dense, linear
 
 SCORE_MODES = ("dot", "general", "concat", "location")
 
@@ -135,16 +135,16 @@ class LuongAttention(ScoreAttention):
         elif self.score_mode == "general":
             scores = ops.matmul(
                 ops.cast(query, dtype),
-                ops.transpose(ops.cast(self.W_a(key), dtype), (0, 2, 1)),
+                ops.transpose(ops.cast(apply_dense(self.W_a, key), dtype), (0, 2, 1)),
             )
         elif self.score_mode == "concat":
             dq = query.shape[-1]
             w = ops.cast(self.W_a, self.compute_dtype)
             scores = additive_scores(
-                ops.matmul(query, w[:dq]), ops.matmul(key, w[dq:]), self.v_a
+                linear(query, w[:dq]), linear(key, w[dq:]), self.v_a
             )
         else:  # location
-            scores = self.W_a(query)[..., : ops.shape(key)[1]]
+            scores = apply_dense(self.W_a, query)[..., : ops.shape(key)[1]]
         scores = ops.cast(scores, "float32")
         if self.scale:
             scores = scores * ops.cast(self.g, "float32")
