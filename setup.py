@@ -14,7 +14,7 @@ setup(
     packages=find_packages(
         include=["attention_layers", "attention_layers.*", "pipelines", "pipelines.*"]
     ),
-    package_data={"pipelines": ["data/*.tsv.gz", "core/*.txt"]},
+    package_data={"pipelines": ["data/*.tsv.gz", "core/*.txt", "core/*.c"]},
     entry_points={"console_scripts": ["attention-pipelines=pipelines.cli:main"]},
     install_requires=[
         "tensorflow>=2.21,<2.22",

@@ -1,13 +1,19 @@
-"""The ``attention-pipelines`` console script.
+"""The ``attention-pipelines`` console script: one set of verbs for every task.
 
-    attention-pipelines translation train     --config dates --run-dir runs/dates
-    attention-pipelines translation evaluate  --run-dir runs/dates
-    attention-pipelines translation export    --run-dir runs/dates --base runs/serving
-    attention-pipelines translation translate --export runs/serving/dates "9 mars 1987"
-    attention-pipelines translation demo      (all four, as `make demo` runs them)
+    attention-pipelines --help                       (lists the tasks)
+    attention-pipelines TASK train    --config tiny --run-dir runs/tiny
+    attention-pipelines TASK evaluate --run-dir runs/tiny
+    attention-pipelines TASK export   --run-dir runs/tiny --base serving
+    attention-pipelines TASK predict  --export serving/tiny INPUT...
+    attention-pipelines TASK demo     (all four, as `make demo` runs them)
 
-Each command has ``--help``. ``translate`` imports TensorFlow and
-tensorflow-text only, like any client of the SavedModel.
+The verbs and their flags (``--config``, ``--set``, ``--run-dir``,
+``--overwrite``, ``--base``, ``--name``, ``--version``, ``--export``) are the
+same for every registered task (`pipelines.registry`); a task adds its own
+options (beam widths, plots). ``predict`` imports TensorFlow and
+tensorflow-text only, like any client of the SavedModel. A failure prints
+one line saying what to fix (``ATTENTION_PIPELINES_DEBUG=1`` shows the
+traceback).
 """
 
 from __future__ import annotations
@@ -21,186 +27,350 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+VERBS = ("train", "evaluate", "export", "predict", "demo")
+DEBUG = "ATTENTION_PIPELINES_DEBUG"
 
-def _config(args):
+
+# -- the verbs ------------------------------------------------------------------
+
+
+def _config(task, args):
     from pipelines.core import config as config_lib
 
-    config = config_lib.load(args.config)
+    config = config_lib.load(args.config, task.presets(), task.default_preset)
     return config_lib.apply_overrides(config, args.set or [])
 
 
-def cmd_train(args) -> None:
-    from pipelines.translation.run import train
-
-    config = _config(args)
-    train(config, args.run_dir or f"runs/{config.name}")
+def _run_dir(args, config) -> Path:
+    return Path(args.run_dir or f"runs/{config.name}")
 
 
-def cmd_evaluate(args) -> None:
-    from pipelines.translation.evaluate import evaluate
+def _trained_config(task, run_dir, overrides):
+    """The run's configuration with ``--set`` overrides that keep its fingerprint."""
+    from pipelines.core import config as config_lib
+    from pipelines.core.run_dir import PipelineError, RunDir
+    from pipelines.core.trainer import run_config
 
-    widths = tuple(args.beam_width) if args.beam_width else None
-    result = evaluate(args.run_dir, args.split, widths, args.limit, args.heatmaps)
+    run = RunDir(run_dir)
+    run.require_trained(task.name)
+    config = run_config(task, run)
+    changed = config_lib.apply_overrides(config, overrides or [])
+    if config_lib.fingerprint(changed) != config_lib.fingerprint(config):
+        raise PipelineError(
+            f"--set {' '.join(overrides)} changes what {run.root} was trained with "
+            f"({config_lib.differences(config, changed)}); only settings outside the "
+            "fingerprint (decode, export) apply to a trained run."
+        )
+    return changed
+
+
+def cmd_train(task, args) -> None:
+    config = _config(task, args)
+    run_dir = _run_dir(args, config)
+    if args.workers and args.workers > 1:
+        from pipelines.core.strategy import launch_workers
+
+        launch_workers(
+            task, config, run_dir, args.workers, _without_workers(args.argv),
+            overwrite=args.overwrite,
+        )  # fmt: skip
+        return
+    from pipelines.core.trainer import train
+
+    train(task, config, run_dir, overwrite=args.overwrite)
+
+
+def _without_workers(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--workers":
+            skip = True
+        elif not item.startswith("--workers=") and item != "--overwrite":
+            out.append(item)
+    return out
+
+
+def evaluate_run(task, run_dir, args) -> dict:
+    """Load the run, score ``args.split`` with the task, write metrics.json."""
+    from pipelines.core.run_dir import RunDir, write_json
+    from pipelines.core.trainer import load_trained
+
+    config = _trained_config(task, run_dir, args.set)
+    config, preprocessors, model = load_trained(task, run_dir, config=config)
+    examples = task.load_data(config).split(args.split)
+    if args.limit:
+        examples = examples[: args.limit]
+    if not examples:
+        from pipelines.core.run_dir import PipelineError
+
+        raise PipelineError(f"evaluate: the {args.split} split is empty.")
+    run = RunDir(run_dir)
+    metrics = task.evaluate(run, model, preprocessors, config, examples, args)
+    write_json(run.metrics, metrics)
+    print(f"Metrics: {run.metrics}")
+    return metrics
+
+
+def cmd_evaluate(task, args) -> None:
+    evaluate_run(task, args.run_dir, args)
+
+
+def export_run(task, run_dir, base, name, version, overrides) -> Path:
+    """Export a trained run under ``export.dtype``; returns the version folder."""
+    from pipelines.core.export import publish
+    from pipelines.core.trainer import dtype_policy, load_trained
+
+    config = _trained_config(task, run_dir, overrides)
+    config, preprocessors, model = load_trained(task, run_dir, config=config)
+    with dtype_policy(config.export.dtype):
+        module = task.serving_module(model, preprocessors, config)
+        warmup = None
+        if config.export.warmup and module.warmup_requests():
+            warmup = ("serving_default", module.warmup_requests())
+        path = publish(
+            module,
+            module.signatures(),
+            base,
+            name or config.name,
+            version=version,
+            warmup=warmup,
+        )
+    audit = (path / "assets.extra" / "op_audit.json").read_text()
+    import json
+
+    report = json.loads(audit)
     print(
-        f"Metrics: {Path(args.run_dir) / 'metrics.json'}; plots: {result['heatmaps']}"
+        f"Exported {path} ({config.export.dtype}): {len(report['core'])} core op "
+        f"types, TF Text ops {report['tf_text']}, unknown {report['unknown']}"
     )
+    return path
 
 
-def cmd_export(args) -> None:
-    from pipelines.translation.serving import export
-
-    path = export(args.run_dir, args.base, args.name, args.version)
+def cmd_export(task, args) -> None:
+    path = export_run(task, args.run_dir, args.base, args.name, args.version, args.set)
     print(f"SavedModel ready for TF Serving: {path}")
 
 
-def cmd_translate(args) -> None:
-    from pipelines.translation.serving import translate_with_export
+def _export_path(args) -> Path:
+    from pipelines.core.serving import resolve_export
 
-    texts = list(args.text)
+    if args.export:
+        return resolve_export(args.export)
+    if not args.base:
+        raise ValueError("predict: give --export PATH, or --base and --name.")
+    model_dir = Path(args.base) / (args.name or "")
+    return resolve_export(model_dir / str(args.version) if args.version else model_dir)
+
+
+def cmd_predict(task, args) -> None:
+    inputs = list(args.inputs)
     if args.file:
-        texts += Path(args.file).read_text(encoding="utf-8").splitlines()
-    if not texts:
-        raise SystemExit("translate: give sentences as arguments or with --file.")
-    out = translate_with_export(
-        args.export, texts, args.beam_width, args.length_penalty
-    )
-    for text, translation, score in zip(
-        texts, out["translation"], out["score"], strict=True
-    ):
-        print(f"{text}\n  -> {translation.decode('utf-8')}   (score {score:.3f})")
-    if args.plot:
-        from pipelines.core.plots import alignment_heatmap
-
-        first = out["translation"][0].decode("utf-8")
-        path = alignment_heatmap(
-            out["source_tokens"][0],
-            out["target_tokens"][0],
-            out["alignment"][0],
-            args.plot,
-            title=f"{texts[0][:60]!r} -> {first[:60]!r}",
-        )
-        print(f"Alignment heatmap: {path}")
+        inputs += Path(args.file).read_text(encoding="utf-8").splitlines()
+    if not inputs:
+        raise ValueError(f"{args.command}: give inputs as arguments or with --file.")
+    task.predict(_export_path(args), inputs, args)
 
 
-def cmd_demo(args) -> None:
-    """Train, evaluate, export, then translate with the export in a new process."""
-    from pipelines.translation.evaluate import evaluate
-    from pipelines.translation.run import train
-    from pipelines.translation.serving import export, samples_for
+def cmd_demo(task, args) -> None:
+    """Train, evaluate, export, then predict with the export in a new process."""
+    from pipelines.core.trainer import train
 
     t0 = time.time()
-    config = _config(args)
-    run_dir = Path(args.run_dir or f"runs/{config.name}")
-    train(config, run_dir)
-    result = evaluate(run_dir, "test")
-    path = export(run_dir, run_dir / "serving", config.name)
-    print("\nTranslating with the exported SavedModel in a fresh process:")
+    config = _config(task, args)
+    run_dir = _run_dir(args, config)
+    train(task, config, run_dir, overwrite=args.overwrite)
+    args.split, args.limit, args.set = "test", None, []
+    metrics = evaluate_run(task, run_dir, args)
+    base = Path(args.base) if args.base else run_dir / "serving"
+    path = export_run(task, run_dir, base, args.name, args.version, [])
+    print("\nPredicting with the exported SavedModel in a fresh process:")
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipelines.cli",
-            "translation",
-            "translate",
-            "--export",
-            str(path),
-            "--plot",
-            str(run_dir / "alignment.png"),
-            *samples_for(config),
-        ],
+        [sys.executable, "-m", "pipelines.cli", task.name, "predict",
+         "--export", str(path), *task.demo_arguments(run_dir),
+         *task.samples(config)],
         check=True,
-    )
-    best = max(result["decoding"].values(), key=lambda s: s["bleu"])
+    )  # fmt: skip
+    summary = task.evaluation_summary(metrics)
     print(
-        f"\nDemo done in {time.time() - t0:.0f} s: BLEU {best['bleu']:.2f}, "
-        f"exact match {best['exact_match']:.2%} on the test split; "
-        f"export {path}; heatmap {run_dir / 'alignment.png'}"
+        f"\nDemo done in {time.time() - t0:.0f} s: {summary}; export {path}"
+        + "".join(f"; {line}" for line in task.demo_notes(run_dir))
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# -- the parser ---------------------------------------------------------------
+
+
+def _add_config(parser, task) -> None:
+    presets = ", ".join(sorted(task.presets()))
+    parser.add_argument(
+        "--config",
+        default=task.default_preset,
+        help=f"a preset ({presets}) or a YAML file (default {task.default_preset})",
+    )
+    _add_set(parser)
+    parser.add_argument("--run-dir", help="where the run lives (default runs/<name>)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="clear a run folder trained with another configuration and start afresh",
+    )
+
+
+def _add_set(parser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set train.epochs=5 (repeatable)",
+    )
+
+
+def _add_export_target(parser, required: bool) -> None:
+    parser.add_argument(
+        "--base", required=required, help="TF Serving model base folder"
+    )
+    parser.add_argument("--name", help="model name, a folder (default: the run's name)")
+    parser.add_argument("--version", type=int, help="default: the next free version")
+
+
+def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentParser:
+    """The parser of one task's verbs."""
     parser = argparse.ArgumentParser(
-        prog="attention-pipelines",
-        description="Reference pipelines of attention-layers.",
+        prog=f"{prog} {task.name}", description=task.description
     )
-    tasks = parser.add_subparsers(dest="task", required=True, metavar="TASK")
-    translation = tasks.add_parser("translation", help="machine translation")
-    commands = translation.add_subparsers(
-        dest="command", required=True, metavar="COMMAND"
+    verbs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = verbs.add_parser("train", help="train (or resume) a model")
+    _add_config(p, task)
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="train with MultiWorkerMirroredStrategy over N local processes",
     )
-
-    def with_config(p):
-        p.add_argument(
-            "--config",
-            default="dates",
-            help="a preset (dates, bible, bible-none, ding, tiny) or a YAML file",
-        )
-        p.add_argument(
-            "--set",
-            action="append",
-            metavar="KEY=VALUE",
-            help="override one setting, e.g. --set model.attention=none (repeatable)",
-        )
-        p.add_argument("--run-dir", help="where the run lives (default runs/<name>)")
-
-    p = commands.add_parser("train", help="train (or resume) a model")
-    with_config(p)
     p.set_defaults(func=cmd_train)
 
-    p = commands.add_parser("evaluate", help="BLEU, chrF and heatmaps on a split")
+    p = verbs.add_parser("evaluate", help="score a trained run on a split")
     p.add_argument("--run-dir", required=True)
+    _add_set(p)
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
-    p.add_argument(
-        "--beam-width",
-        type=int,
-        action="append",
-        help="decode with this many beams (repeatable; 1 = greedy)",
-    )
-    p.add_argument("--limit", type=int, help="score only the first N pairs")
-    p.add_argument("--heatmaps", type=int, default=3, help="alignment plots to draw")
+    p.add_argument("--limit", type=int, help="score only the first N examples")
+    task.add_evaluate_arguments(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = commands.add_parser("export", help="SavedModel in TF Serving layout")
+    p = verbs.add_parser("export", help="SavedModel in TF Serving layout")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--base", required=True, help="TF Serving model base folder")
-    p.add_argument("--name", default="translation", help="model name (a folder)")
-    p.add_argument("--version", type=int, help="default: the next free version")
+    _add_set(p)
+    _add_export_target(p, required=True)
     p.set_defaults(func=cmd_export)
 
-    p = commands.add_parser("translate", help="translate with an exported SavedModel")
-    p.add_argument(
-        "--export",
-        required=True,
-        help="a version folder, or a model folder (latest version)",
-    )
-    p.add_argument("text", nargs="*", help="sentences to translate")
-    p.add_argument("--file", help="one sentence per line")
-    p.add_argument("--beam-width", type=int)
-    p.add_argument("--length-penalty", type=float)
-    p.add_argument("--plot", help="write the first sentence's alignment heatmap here")
-    p.set_defaults(func=cmd_translate)
+    for verb in ("predict", *task.predict_aliases):
+        p = verbs.add_parser(
+            verb,
+            help="predict with an exported SavedModel"
+            + (" (an alias of predict)" if verb != "predict" else ""),
+        )
+        p.add_argument("--export", help="a version folder, or a model folder (latest)")
+        _add_export_target(p, required=False)
+        p.add_argument("inputs", nargs="*", help="inputs to predict", metavar="INPUT")
+        p.add_argument("--file", help="one input per line")
+        task.add_predict_arguments(p)
+        p.set_defaults(func=cmd_predict)
 
-    p = commands.add_parser("demo", help="train, evaluate, export and translate")
-    with_config(p)
+    p = verbs.add_parser("demo", help="train, evaluate, export and predict")
+    _add_config(p, task)
+    _add_export_target(p, required=False)
+    task.add_evaluate_arguments(p)
     p.set_defaults(func=cmd_demo)
     return parser
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: one sub-command per registered task."""
+    from pipelines import registry
+
+    parser = argparse.ArgumentParser(
+        prog="attention-pipelines",
+        description="Reference pipelines of attention-layers. Every task has the "
+        f"verbs {', '.join(VERBS)}; see `attention-pipelines TASK --help`.",
+    )
+    tasks = parser.add_subparsers(dest="task", required=True, metavar="TASK")
+    for name in registry.names():
+        tasks.add_parser(name, help=registry.description(name) or name, add_help=False)
+    return parser
+
+
+def parse(argv: list[str]):
+    """``(task, args)`` for ``argv`` (the task's parser only is built)."""
+    from pipelines import registry
+
+    top = build_parser()
+    if not argv or argv[0].startswith("-") or argv[0] not in registry.names():
+        top.parse_args(argv)  # prints help or the error, and exits
+    task = registry.get(argv[0])
+    args = task_parser(task).parse_args(argv[1:])
+    args.argv = list(argv)
+    return task, args
+
+
+def _one_line(error: BaseException) -> str:
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    # TensorFlow's errors from a traced function open with "in user code:"
+    # and end with the error itself.
+    return lines[-1] if lines[0].endswith(":") else lines[0]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
     if os.environ.get("ATTENTION_PIPELINES_CPU_DEVICES"):
         from pipelines.core.strategy import split_cpu
 
         split_cpu(int(os.environ["ATTENTION_PIPELINES_CPU_DEVICES"]))
+    if os.environ.get(DEBUG):
+        import keras
+
+        keras.config.disable_traceback_filtering()
     try:
-        args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as error:
-        # Errors that say what to fix: no traceback needed.
-        if os.environ.get("ATTENTION_PIPELINES_DEBUG"):
+        task, args = parse(argv)
+        args.func(task, args)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        print(
+            "interrupted; rerun the same command to resume training.", file=sys.stderr
+        )
+        return 130
+    except Exception as error:
+        if os.environ.get(DEBUG):
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {describe(error)}", file=sys.stderr)
         return 2
     return 0
+
+
+def describe(error: Exception) -> str:
+    """One line for the user: the message, and what kind of failure it was."""
+    from pipelines.core.config import ConfigError
+    from pipelines.core.run_dir import PipelineError
+
+    line = _one_line(error)
+    if isinstance(error, (PipelineError, ConfigError)):
+        return line
+    if isinstance(error, (ValueError, FileNotFoundError, FileExistsError)):
+        return line
+    if isinstance(error, OSError):
+        return f"{line} (check the path and its permissions)"
+    name = type(error).__name__
+    if type(error).__module__.startswith("tensorflow"):
+        return f"TensorFlow {name}: {line}"
+    return (
+        f"{name}: {line} (unexpected; rerun with {DEBUG}=1 for the traceback and "
+        "report it)"
+    )
 
 
 if __name__ == "__main__":

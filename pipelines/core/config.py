@@ -1,274 +1,381 @@
-"""Run configuration: dataclasses with defaults per preset, YAML in and out.
+"""Typed run configuration: dataclass sections, presets, YAML and ``--set``.
 
-A run is described by one `TranslationConfig`. It starts from a preset
-(``dates``, ``bible``, ``tiny``...), optionally overlaid with a YAML file
-and with ``section.key=value`` overrides from the command line; the resolved
-configuration is written beside the checkpoints as ``config.yaml``.
+A task's configuration is a dataclass that subclasses `RunConfig`, which
+brings the sections every task shares (`TrainConfig`, `ExportConfig`; tasks
+that decode step by step add `DecodeConfig`). A run starts from one of the
+task's presets, optionally overlaid with a YAML file (which may name a
+``preset:`` to start from) and with ``section.key=value`` overrides; the
+resolved configuration is written beside the checkpoints as ``config.yaml``.
+
+Every value is checked against its field's type hint when it is loaded:
+``epochs: two`` is refused with the key, the expected type and the value;
+``learning_rate: 3e-3``, which YAML 1.1 reads as a string, becomes a float.
+A field's ``metadata`` may give a ``range`` ``(low, high)`` (inclusive; None
+for no bound).
 
 Example:
 
->>> from pipelines.core.config import preset, apply_overrides
->>> config = apply_overrides(preset("dates"), ["model.units=32"])
->>> config.model.units, config.tokenizer.kind
-(32, 'char')
+>>> from dataclasses import dataclass, field
+>>> @dataclass
+... class ToyConfig(RunConfig):
+...     units: int = field(default=8, metadata={"range": (1, None)})
+>>> config = apply_overrides(ToyConfig(), ["units=16", "train.learning_rate=3e-3"])
+>>> config.units, config.train.learning_rate
+(16, 0.003)
+>>> try:
+...     apply_overrides(config, ["train.epochs=two"])
+... except ConfigError as error:
+...     print(str(error).split(", from")[0])
+config: `train.epochs` must be an int, received 'two' (str)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import yaml
 
-ATTENTIONS = (
-    "bahdanau",
-    "luong_dot",
-    "luong_general",
-    "luong_concat",
-    "local_p",
-    "none",
-)
-ARCHITECTURES = ("rnn", "transformer")
+from pipelines.core.run_dir import write_text
 
 
-@dataclass
-class DataConfig:
-    """Which corpus, how to filter it and how to split it."""
-
-    corpus: str = "dates"  # see pipelines.data.load_corpus for the forms
-    max_source_words: int = 60
-    max_target_words: int = 60
-    valid_fraction: float = 0.05
-    test_fraction: float = 0.05
-    split_key: str = "source"  # "target" for dates: no date in two splits
-    seed: int = 0
-    limit: int | None = None  # keep only the first N pairs (quick runs)
+class ConfigError(ValueError):
+    """A configuration value or file is wrong; the message names the key."""
 
 
-@dataclass
-class TokenizerConfig:
-    """``char`` (dates) or ``subword`` (WordPiece learned with tf-text)."""
-
-    kind: str = "subword"
-    vocab_size: int = 4000  # subword only: the target size of each vocabulary
-    max_source_tokens: int = 96  # longer inputs are cut
-    max_target_tokens: int = 96  # decoding stops after this many tokens
-
-
-@dataclass
-class ModelConfig:
-    """The encoder-decoder: an RNN with an attention, or a Transformer."""
-
-    architecture: str = "rnn"
-    attention: str = "bahdanau"  # one of ATTENTIONS (rnn only)
-    embedding_dim: int = 64
-    units: int = 128  # encoder GRU units per direction; the decoder has twice
-    attention_units: int = 128
-    input_feeding: bool = True
-    local_window: int = 8  # D of local-p
-    num_layers: int = 2  # transformer only
-    num_heads: int = 4  # transformer only
-    intermediate_dim: int = 512  # transformer only
-    dropout: float = 0.1
+STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
+POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 @dataclass
 class TrainConfig:
-    """Optimisation, distribution and checkpointing."""
+    """Optimisation, distribution and checkpointing (every task)."""
 
-    batch_size: int = 64  # global, across replicas
-    epochs: int = 10
-    learning_rate: float = 2e-3
-    clipnorm: float = 1.0
-    strategy: str = "auto"  # auto | default | mirrored | multi_worker | tpu
+    batch_size: int = field(default=64, metadata={"range": (1, None)})  # global
+    epochs: int = field(default=10, metadata={"range": (1, None)})
+    learning_rate: float = field(default=2e-3, metadata={"range": (0.0, None)})
+    clipnorm: float | None = 1.0
+    strategy: Literal["auto", "default", "mirrored", "multi_worker", "tpu"] = "auto"
     tpu: str | None = None  # TPU address for strategy "tpu"
-    mixed_precision: str | None = None  # mixed_float16 | mixed_bfloat16
-    early_stopping_patience: int = 3
-    steps_per_epoch: int | None = None
+    mixed_precision: Literal["mixed_float16", "mixed_bfloat16"] | None = None
+    early_stopping_patience: int = field(default=3, metadata={"range": (1, None)})
+    steps_per_epoch: int | None = field(default=None, metadata={"range": (1, None)})
     seed: int = 0
+    deterministic: bool = False  # tf.config.experimental.enable_op_determinism
+    jit_compile: bool = False  # XLA train step over static, bucketed shapes
+
+    def validate(self, where: str = "train.") -> None:
+        if self.deterministic and self.jit_compile:
+            raise ConfigError(
+                f"config: `{where}deterministic` and `{where}jit_compile` cannot both "
+                "be true: op determinism turns XLA off in Keras (silently)."
+            )
+        if self.strategy == "tpu" and not self.tpu:
+            raise ConfigError(
+                f"config: `{where}strategy: tpu` needs `{where}tpu`, the TPU's address."
+            )
 
 
 @dataclass
 class DecodeConfig:
-    """Decoding at evaluation and serving time."""
+    """Step-by-step decoding at evaluation and serving time."""
 
-    beam_width: int = 4  # the most beams a serving request may ask for
-    default_beam_width: int = 4
-    length_penalty: float = 0.6  # GNMT alpha
-    eval_batch_size: int = 128
+    beam_width: int = field(default=4, metadata={"range": (1, 64)})  # most beams
+    default_beam_width: int = field(default=4, metadata={"range": (1, 64)})
+    length_penalty: float = field(default=0.6, metadata={"range": (0.0, None)})
+    eval_batch_size: int = field(default=128, metadata={"range": (1, None)})
+
+    def validate(self, where: str = "decode.") -> None:
+        if self.default_beam_width > self.beam_width:
+            raise ConfigError(
+                f"config: `{where}default_beam_width` must be in [1, "
+                f"{where}beam_width={self.beam_width}], received "
+                f"{self.default_beam_width}."
+            )
 
 
 @dataclass
-class TranslationConfig:
-    name: str = "dates"
-    data: DataConfig = field(default_factory=DataConfig)
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+class ExportConfig:
+    """The SavedModel: its compute dtype, whatever the training process used."""
 
-    def validate(self) -> TranslationConfig:
-        """Raise ``ValueError`` naming the field and the allowed values."""
-        checks = [
-            ("model.architecture", self.model.architecture, ARCHITECTURES),
-            ("model.attention", self.model.attention, ATTENTIONS),
-            ("tokenizer.kind", self.tokenizer.kind, ("char", "subword")),
-            ("data.split_key", self.data.split_key, ("source", "target")),
-            (
-                "train.strategy",
-                self.train.strategy,
-                ("auto", "default", "mirrored", "multi_worker", "tpu"),
-            ),
-            (
-                "train.mixed_precision",
-                self.train.mixed_precision,
-                (None, "mixed_float16", "mixed_bfloat16"),
-            ),
-        ]
-        for name, value, allowed in checks:
-            if value not in allowed:
-                raise ValueError(
-                    f"config: `{name}` must be one of {list(allowed)}, "
-                    f"received {value!r}."
-                )
-        if not 1 <= self.decode.default_beam_width <= self.decode.beam_width:
-            raise ValueError(
-                "config: `decode.default_beam_width` must be in [1, "
-                f"decode.beam_width={self.decode.beam_width}], received "
-                f"{self.decode.default_beam_width}."
-            )
+    dtype: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
+    warmup: bool = True  # write assets.extra/tf_serving_warmup_requests
+
+
+@dataclass
+class RunConfig:
+    """Base of every task's configuration: a name and the shared sections.
+
+    Sections named in `NOT_FINGERPRINTED` may change between the runs of one
+    folder (a rerun with more ``train.epochs`` trains on; ``decode`` and
+    ``export`` settings apply to the next evaluate or export); everything
+    else is part of the run's fingerprint.
+    """
+
+    name: str = "run"
+    train: TrainConfig = field(default_factory=TrainConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+
+    NOT_FINGERPRINTED: ClassVar[tuple[str, ...]] = (
+        "name",
+        "decode",
+        "export",
+        "train.epochs",
+        "train.early_stopping_patience",
+        "train.strategy",
+        "train.tpu",
+    )
+
+    def validate(self) -> RunConfig:
+        """Cross-field checks; sections with a ``validate`` method run theirs."""
+        for f in dataclasses.fields(self):
+            section = getattr(self, f.name)
+            if dataclasses.is_dataclass(section) and hasattr(section, "validate"):
+                section.validate(f"{f.name}.")
         return self
 
 
-def _presets() -> dict[str, TranslationConfig]:
-    dates = TranslationConfig(
-        name="dates",
-        data=DataConfig(corpus="dates:22000", split_key="target", test_fraction=0.05),
-        tokenizer=TokenizerConfig(
-            kind="char", max_source_tokens=48, max_target_tokens=11
-        ),
-        model=ModelConfig(embedding_dim=32, units=64, attention_units=64, dropout=0.0),
-        train=TrainConfig(epochs=4, batch_size=64, learning_rate=3e-3),
-        decode=DecodeConfig(length_penalty=0.0),
-    )
-    bible = TranslationConfig(
-        name="bible",
-        data=DataConfig(corpus="bible", max_source_words=60, max_target_words=60),
-        tokenizer=TokenizerConfig(
-            kind="subword", vocab_size=4000, max_source_tokens=96, max_target_tokens=96
-        ),
-        # No input feeding: the decoder GRU runs alone and the attention once
-        # over all its states, several times faster to train on a CPU.
-        model=ModelConfig(
-            embedding_dim=128, units=192, attention_units=128, input_feeding=False
-        ),
-        train=TrainConfig(epochs=8, batch_size=64, learning_rate=2e-3),
-    )
-    bible_none = dataclasses.replace(
-        bible,
-        name="bible-none",
-        model=dataclasses.replace(bible.model, attention="none"),
-    )
-    ding = dataclasses.replace(
-        bible, name="ding", data=dataclasses.replace(bible.data, corpus="ding")
-    )
-    tiny = TranslationConfig(
-        name="tiny",
-        data=DataConfig(corpus="dates:600", split_key="target", test_fraction=0.1),
-        tokenizer=TokenizerConfig(
-            kind="char", max_source_tokens=40, max_target_tokens=11
-        ),
-        model=ModelConfig(embedding_dim=8, units=8, attention_units=8, dropout=0.0),
-        train=TrainConfig(epochs=1, batch_size=32, early_stopping_patience=1),
-        decode=DecodeConfig(beam_width=3, default_beam_width=2, eval_batch_size=64),
-    )
-    return {c.name: c for c in (dates, bible, bible_none, ding, tiny)}
+# -- type checking -----------------------------------------------------------
 
 
-PRESETS = tuple(_presets())
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return "one of " + str(list(typing.get_args(hint)))
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        return " or ".join(_type_name(a) for a in args)
+    if origin in (list, tuple):
+        return f"a list of {_type_name(typing.get_args(hint)[0])}"
+    if hint is type(None):
+        return "null"
+    names = {int: "an int", float: "a float", str: "a string", bool: "true or false"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
 
 
-def preset(name: str) -> TranslationConfig:
-    """A fresh copy of the named preset (one of ``PRESETS``)."""
-    presets = _presets()
-    if name not in presets:
-        raise ValueError(
-            f"config: unknown preset {name!r}; choose one of {sorted(presets)} or "
-            "give a YAML file."
+_NO = object()
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """``value`` as ``hint`` asks, or ``_NO``."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            out = _coerce(value, arg)
+            if out is not _NO:
+                return out
+        return _NO
+    if origin is Literal:
+        return value if value in typing.get_args(hint) else _NO
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return _NO
+        item = typing.get_args(hint)[0]
+        items = [_coerce(v, item) for v in value]
+        return _NO if any(i is _NO for i in items) else origin(items)
+    if hint is type(None):
+        return None if value is None else _NO
+    if hint is bool:
+        return value if isinstance(value, bool) else _NO
+    if hint is int:
+        if isinstance(value, bool):
+            return _NO
+        return value if isinstance(value, int) else _NO
+    if hint is float:
+        if isinstance(value, bool):
+            return _NO
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 3e-3 as a string
+            try:
+                return float(value)
+            except ValueError:
+                return _NO
+        return _NO
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        return (
+            str(value)
+            if isinstance(value, int) and not isinstance(value, bool)
+            else _NO
         )
-    return presets[name]
+    return value
 
 
-def _merge(instance: Any, values: dict[str, Any], where: str) -> Any:
-    names = {f.name: f for f in dataclasses.fields(instance)}
+def check_value(key: str, value: Any, hint: Any, metadata, origin: str = "") -> Any:
+    """``value`` converted to ``hint``; `ConfigError` naming ``key`` if it cannot."""
+    out = _coerce(value, hint)
+    where = f", from {origin}" if origin else ""
+    if out is _NO:
+        raise ConfigError(
+            f"config: `{key}` must be {_type_name(hint)}, received {value!r} "
+            f"({type(value).__name__}){where}."
+        )
+    low, high = metadata.get("range", (None, None))
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        if (low is not None and out < low) or (high is not None and out > high):
+            bounds = f"[{low if low is not None else '-inf'}, "
+            bounds += f"{high if high is not None else 'inf'}]"
+            raise ConfigError(
+                f"config: `{key}` must be in {bounds}, received {value!r}{where}."
+            )
+    return out
+
+
+def _merge(instance: Any, values: dict, where: str, origin: str) -> Any:
+    hints = typing.get_type_hints(type(instance))
+    fields = {f.name: f for f in dataclasses.fields(instance)}
     changes = {}
     for key, value in values.items():
-        if key not in names:
-            raise ValueError(
-                f"config: unknown key `{where}{key}`; known keys: {sorted(names)}."
+        if key not in fields:
+            source = f", from {origin}" if origin else ""
+            raise ConfigError(
+                f"config: unknown key `{where}{key}`{source}; known keys: "
+                f"{sorted(fields)}."
             )
         current = getattr(instance, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
-                raise ValueError(
+                raise ConfigError(
                     f"config: `{where}{key}` must be a mapping, received {value!r}."
                 )
-            value = _merge(current, value, f"{where}{key}.")
-        changes[key] = value
+            changes[key] = _merge(current, value, f"{where}{key}.", origin)
+        else:
+            changes[key] = check_value(
+                where + key, value, hints[key], fields[key].metadata, origin
+            )
     return dataclasses.replace(instance, **changes)
 
 
-def from_dict(values: dict[str, Any], base: TranslationConfig | None = None):
-    """Overlay a nested dict (as read from YAML) on ``base`` (or a preset)."""
+# -- loading -----------------------------------------------------------------
+
+Presets = dict[str, Callable[[], RunConfig]]
+
+
+def preset(presets: Presets, name: str) -> RunConfig:
+    """A fresh copy of the named preset."""
+    if name not in presets:
+        raise ConfigError(
+            f"config: unknown preset {name!r}; choose one of {sorted(presets)} or "
+            "give a YAML file."
+        )
+    return presets[name]().validate()
+
+
+def from_dict(
+    values: dict,
+    presets: Presets,
+    base: RunConfig | None = None,
+    origin: str = "",
+    default: str | None = None,
+) -> RunConfig:
+    """Overlay a nested dict (as read from YAML) on ``base``, or on its
+    ``preset:`` (``default`` when it names none)."""
     values = dict(values)
+    name = values.pop("preset", None)
     if base is None:
-        base = preset(values.pop("preset", "dates"))
-    else:
-        values.pop("preset", None)
-    return _merge(base, values, "").validate()
+        name = default if name is None else name
+        if name is None:
+            raise ConfigError(
+                f"config: {origin or 'the mapping'} names no `preset:` to start "
+                f"from; add one of {sorted(presets)}."
+            )
+        base = preset(presets, str(name))
+    return _merge(base, values, "", origin).validate()
 
 
-def load(path_or_preset: str) -> TranslationConfig:
-    """A preset name, or a YAML file (which may name a ``preset:`` to start from)."""
+def load(
+    path_or_preset: str, presets: Presets, default: str | None = None
+) -> RunConfig:
+    """A preset name, or a YAML file (which may name a ``preset:`` to start
+    from; ``default`` otherwise)."""
     path = Path(path_or_preset)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.exists():
-            raise FileNotFoundError(f"config: no such file {str(path)!r}.")
-        values = yaml.safe_load(path.read_text()) or {}
+        if not path.is_file():
+            raise ConfigError(f"config: no such file {str(path)!r}.")
+        try:
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config: {path} is not valid YAML ({error}).") from None
         if not isinstance(values, dict):
-            raise ValueError(f"config: {str(path)!r} must hold a mapping.")
-        return from_dict(values)
-    return preset(path_or_preset).validate()
+            raise ConfigError(f"config: {str(path)!r} must hold a mapping.")
+        return from_dict(values, presets, origin=str(path), default=default)
+    return preset(presets, path_or_preset)
 
 
-def apply_overrides(config: TranslationConfig, overrides: list[str]):
+def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     """Apply ``section.key=value`` strings; values are parsed as YAML scalars."""
     for item in overrides:
         if "=" not in item:
-            raise ValueError(
+            raise ConfigError(
                 f"config: override {item!r} must look like section.key=value, "
-                "for example model.units=64."
+                "for example train.epochs=5."
             )
         dotted, raw = item.split("=", 1)
         nested: dict[str, Any] = {}
         cursor = nested
-        *parents, last = dotted.split(".")
+        *parents, last = dotted.strip().split(".")
         for part in parents:
             cursor = cursor.setdefault(part, {})
-        cursor[last] = yaml.safe_load(raw)
-        config = from_dict(nested, base=config)
+        try:
+            cursor[last] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            cursor[last] = raw
+        config = _merge(config, nested, "", f"--set {item}")
     return config.validate()
 
 
-def to_dict(config: TranslationConfig) -> dict[str, Any]:
-    return dataclasses.asdict(config)
+def to_dict(config: RunConfig) -> dict[str, Any]:
+    """The configuration as plain data: the name, the task's sections, then ours."""
+    data = dataclasses.asdict(config)
+    shared = [f.name for f in dataclasses.fields(RunConfig)]
+    order = ["name"] + [k for k in data if k not in shared] + shared[1:]
+    return {k: data[k] for k in order}
 
 
-def save(config: TranslationConfig, path: str | Path) -> None:
+def save(config: RunConfig, path: str | Path) -> None:
     """Write the resolved configuration as YAML (atomically)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".partial")
-    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    tmp.replace(path)
+    write_text(path, yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+def _flat(data: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _fingerprinted(config: RunConfig) -> dict[str, Any]:
+    skip = type(config).NOT_FINGERPRINTED
+    return {
+        k: v
+        for k, v in _flat(to_dict(config)).items()
+        if not any(k == s or k.startswith(s + ".") for s in skip)
+    }
+
+
+def fingerprint(config: RunConfig) -> str:
+    """SHA-256 of everything the trained weights depend on (see `RunConfig`)."""
+    text = json.dumps(_fingerprinted(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def differences(old: RunConfig, new: RunConfig, limit: int = 4) -> str:
+    """``key: old -> new`` for the fingerprinted keys that differ."""
+    a, b = _fingerprinted(old), _fingerprinted(new)
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    shown = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:limit]]
+    if len(keys) > limit:
+        shown.append(f"and {len(keys) - limit} more")
+    return "; ".join(shown)

@@ -1,26 +1,53 @@
-"""SavedModels in TF Serving's layout, written atomically, with a warmup file.
+"""Publish a SavedModel in TF Serving's layout: complete, audited, never overwritten.
 
 ``<base>/<name>/<version>/`` holds ``saved_model.pb``, ``variables/``,
-``assets/`` and ``assets.extra/tf_serving_warmup_requests`` (a TFRecord of
-``PredictionLog`` records that TF Serving replays at load). The version is
-written under a hidden temporary name in the same folder and renamed into
-place only when complete: a crash leaves no half-written version, and an
-existing version is never touched.
+``assets/`` and ``assets.extra/`` (``tf_serving_warmup_requests``, a TFRecord
+of ``PredictionLog`` records TF Serving replays at load, and
+``op_audit.json``). `publish` writes everything under a hidden name in the
+model folder first (TF Serving only looks at integer names), audits the
+graph's ops there, and only then gives the folder its number with one
+``rename``: a failed audit or a crash leaves no numbered version, and an
+existing version is never touched. Two exports at once to one model folder
+take distinct versions; hidden folders that killed exports left are removed.
+
+Example:
+
+>>> import tempfile, tensorflow as tf
+>>> class AddOne(tf.Module):
+...     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+...     def serve(self, x):
+...         return {"y": x + 1.0}
+>>> module, base = AddOne(), tempfile.mkdtemp()
+>>> path = publish(module, {"serving_default": module.serve}, base, "m")
+>>> path.name, sorted(p.name for p in path.parent.iterdir())
+('1', ['1'])
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
-import tempfile
+import time
+import uuid
 from pathlib import Path
 
 import tensorflow as tf
 
+from pipelines.core.run_dir import PipelineError, cache_dir
+
 WARMUP_FILE = "tf_serving_warmup_requests"
+AUDIT_FILE = "op_audit.json"
 TF_TEXT_OPS_FILE = Path(__file__).with_name("tf_text_2_20_ops.txt")
+_PARTIAL = re.compile(r"^\.partial-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+$")
+# Hidden folders of the export code before this one: .3.partial-XXXXXXXX
+_LEGACY_PARTIAL = re.compile(r"^\.\d+\.partial-\w+$")
+LEGACY_AGE_S = 3600
 
 
 def next_version(model_dir: Path) -> int:
@@ -51,49 +78,7 @@ def write_warmup(path: Path, signature: str, feeds: list[dict]) -> None:
             writer.write(log.SerializeToString())
 
 
-def export_for_serving(
-    module: tf.Module,
-    signatures: dict,
-    base_dir: str | Path,
-    name: str,
-    version: int | None = None,
-    warmup: tuple[str, list[dict]] | None = None,
-    extra_assets: dict[str, str] | None = None,
-) -> Path:
-    """Save ``module`` as ``<base_dir>/<name>/<version>`` and return that path.
-
-    ``version`` defaults to the next free integer; an existing version raises
-    ``FileExistsError``. ``warmup`` is ``(signature_name, [feed, ...])``.
-    ``extra_assets`` maps file names to text written in ``assets.extra/``.
-    """
-    model_dir = Path(base_dir) / name
-    model_dir.mkdir(parents=True, exist_ok=True)
-    if version is None:
-        version = next_version(model_dir)
-    if not isinstance(version, int) or version < 1:
-        raise ValueError(
-            f"export: version must be a positive int, received {version!r}."
-        )
-    final = model_dir / str(version)
-    if final.exists():
-        raise FileExistsError(
-            f"export: {final} already exists; versions are never overwritten. "
-            "Give another --version or leave it out to take the next one."
-        )
-    tmp = Path(tempfile.mkdtemp(prefix=f".{version}.partial-", dir=model_dir))
-    try:
-        tf.saved_model.save(module, str(tmp), signatures=signatures)
-        if warmup is not None:
-            signature, feeds = warmup
-            write_warmup(tmp / "assets.extra" / WARMUP_FILE, signature, feeds)
-        for filename, text in (extra_assets or {}).items():
-            (tmp / "assets.extra").mkdir(exist_ok=True)
-            (tmp / "assets.extra" / filename).write_text(text)
-        os.rename(tmp, final)  # atomic on one filesystem; fails if final exists
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+# -- the op audit -------------------------------------------------------------
 
 
 def op_types(export_dir: str | Path) -> set[str]:
@@ -126,7 +111,16 @@ print("\\n".join(sorted(o.name for o in ops.op)))
 
 
 def core_ops() -> set[str]:
-    """Op types core TensorFlow registers, listed in a process without tf-text."""
+    """Op types core TensorFlow registers, listed in a process without tf-text.
+
+    The list is cached per TensorFlow version in the user's cache folder, so
+    only the first export on a machine pays for the second process.
+    """
+    cache = cache_dir() / f"core-ops-tf-{tf.__version__}.txt"
+    if cache.exists():
+        ops = set(cache.read_text().split())
+        if ops:
+            return ops
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     out = subprocess.run(
         [sys.executable, "-c", _CORE_OPS],
@@ -135,10 +129,16 @@ def core_ops() -> set[str]:
         env=env,
         check=True,
     ).stdout
-    return set(out.split())
+    ops = set(out.split())
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.partial")
+    tmp.write_text("\n".join(sorted(ops)) + "\n")
+    tmp.replace(cache)
+    return ops
 
 
 def tf_text_serving_ops() -> set[str]:
+    """The TF Text ops TF Serving 2.20 links (``tf_text_2_20_ops.txt``)."""
     lines = TF_TEXT_OPS_FILE.read_text().splitlines()
     return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
 
@@ -156,3 +156,117 @@ def audit_ops(export_dir: str | Path) -> dict[str, list[str]]:
         "tf_text": sorted((used - core) & text),
         "unknown": sorted(used - core - text),
     }
+
+
+# -- publication ----------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_partials(model_dir: Path) -> list[str]:
+    """Remove hidden folders that killed exports of this host left behind."""
+    removed = []
+    host = socket.gethostname()
+    for path in model_dir.glob(".*"):
+        match = _PARTIAL.match(path.name)
+        stale = False
+        if match and match["host"] == host:
+            stale = not _alive(int(match["pid"]))
+        elif _LEGACY_PARTIAL.match(path.name):
+            stale = time.time() - path.stat().st_mtime > LEGACY_AGE_S
+        if stale and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+def claim_version(tmp: Path, model_dir: Path, version: int | None) -> Path:
+    """Rename ``tmp`` to the given or the next free integer version, atomically.
+
+    ``rename`` fails when the target is a non-empty folder, so of two exports
+    that pick the same number one wins and the other takes the next.
+    """
+    for _ in range(1000):
+        number = next_version(model_dir) if version is None else version
+        final = model_dir / str(number)
+        try:
+            os.rename(tmp, final)
+            return final
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if version is not None:
+                raise FileExistsError(
+                    f"export: {final} already exists; versions are never "
+                    "overwritten. Give another --version or leave it out to take "
+                    "the next one."
+                ) from None
+    raise PipelineError(f"export: no free version found in {model_dir}")
+
+
+def publish(
+    module: tf.Module,
+    signatures: dict,
+    base_dir: str | Path,
+    name: str,
+    version: int | None = None,
+    warmup: tuple[str, list[dict]] | None = None,
+    audit: bool = True,
+    extra_assets: dict[str, str] | None = None,
+) -> Path:
+    """Save ``module`` as ``<base_dir>/<name>/<version>`` and return that path.
+
+    ``version`` defaults to the next free integer; an existing version raises
+    ``FileExistsError``. ``warmup`` is ``(signature_name, [feed, ...])``.
+    With ``audit``, an op outside core TensorFlow and TF Text 2.20 stops the
+    export before any version appears (`PipelineError`). ``extra_assets``
+    maps file names to text written in ``assets.extra/``.
+    """
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, int) or version < 1
+    ):
+        raise ValueError(
+            f"export: version must be a positive int, received {version!r}."
+        )
+    model_dir = Path(base_dir) / name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    if version is not None and (model_dir / str(version)).exists():
+        raise FileExistsError(
+            f"export: {model_dir / str(version)} already exists; versions are never "
+            "overwritten. Give another --version or leave it out to take the next one."
+        )
+    clean_partials(model_dir)
+    tmp = (
+        model_dir
+        / f".partial-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    )
+    tmp.mkdir()
+    try:
+        tf.saved_model.save(module, str(tmp), signatures=signatures)
+        extra = tmp / "assets.extra"
+        extra.mkdir(exist_ok=True)
+        if warmup is not None:
+            signature, feeds = warmup
+            write_warmup(extra / WARMUP_FILE, signature, feeds)
+        for filename, text in (extra_assets or {}).items():
+            (extra / filename).write_text(text)
+        if audit:
+            report = audit_ops(tmp)
+            (extra / AUDIT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+            if report["unknown"]:
+                raise PipelineError(
+                    "export: the graph uses ops TF Serving 2.20 may not have: "
+                    f"{report['unknown']}; no version was published."
+                )
+        return claim_version(tmp, model_dir, version)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -66,6 +66,16 @@ def make_strategy(kind: str = "auto", tpu: str | None = None) -> tf.distribute.S
     )
 
 
+def strategy_name(strategy: tf.distribute.Strategy) -> str:
+    """The public name of a strategy (MultiWorkerMirroredStrategy's class is
+    CollectiveAllReduceStrategy; the default strategy's is private)."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    if strategy is tf.distribute.get_strategy() and not tf.distribute.has_strategy():
+        return "the default strategy"
+    return type(strategy).__name__
+
+
 def is_chief() -> bool:
     """True on the worker that writes shared files (all but multi-worker: True)."""
     spec = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
@@ -75,3 +85,85 @@ def is_chief() -> bool:
         and task.get("index", 0) == 0
         and "chief" not in spec.get("cluster", {})
     )
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` TCP ports free on 127.0.0.1 (bound once, then released)."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def launch_workers(
+    task, config, run_dir, workers: int, argv: list[str], overwrite: bool = False
+) -> None:
+    """Train with ``MultiWorkerMirroredStrategy`` over ``workers`` local processes.
+
+    One command starts them all: each worker reruns the same ``train`` command
+    with its own ``TF_CONFIG`` on 127.0.0.1. Worker 0 is the chief (it prints
+    to this terminal and writes the run folder); the others' output goes to
+    ``<run-dir>/logs/worker-<i>.log``. The run folder's guard (and
+    ``--overwrite``) runs once, here, before any worker starts.
+    """
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from pipelines.core.run_dir import PipelineError, RunDir
+    from pipelines.core.trainer import check_run
+
+    run = RunDir(run_dir)
+    with run.lock():
+        check_run(task, config, run, overwrite)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)]
+    procs, logs = [], []
+    for index in range(workers):
+        spec = {
+            "cluster": {"worker": addresses},
+            "task": {"type": "worker", "index": index},
+        }
+        env = {**os.environ, "TF_CONFIG": json.dumps(spec)}
+        env.pop("ATTENTION_PIPELINES_CPU_DEVICES", None)
+        command = [sys.executable, "-m", "pipelines.cli", *argv,
+                   "--set", "train.strategy=multi_worker"]  # fmt: skip
+        if index == 0:
+            procs.append(subprocess.Popen(command, env=env))
+        else:
+            log = open(Path(run.logs) / f"worker-{index}.log", "w")
+            logs.append(log)
+            procs.append(
+                subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            )
+    print(f"Started {workers} workers on {', '.join(addresses)}")
+    failed = None
+    try:
+        while any(p.poll() is None for p in procs) and failed is None:
+            for index, proc in enumerate(procs):
+                if proc.poll() not in (None, 0):
+                    failed = index
+            time.sleep(0.5)
+    finally:
+        for proc in procs:
+            if proc.poll() is None and failed is not None:
+                proc.kill()
+        for proc in procs:
+            proc.wait()
+        for log in logs:
+            log.close()
+    codes = [p.returncode for p in procs]
+    if any(codes):
+        index = next(i for i, c in enumerate(codes) if c)
+        where = "above" if index == 0 else f"in {run.logs}/worker-{index}.log"
+        raise PipelineError(
+            f"worker {index} of {workers} failed (exit {codes[index]}); its output is "
+            f"{where}."
+        )

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from pipelines.core.run_dir import read_json, write_text
+
 RESERVED = ["[PAD]", "[UNK]", "[START]", "[END]"]
 PAD, UNK, START, END = 0, 1, 2, 3
 
@@ -44,7 +46,7 @@ def _keep_content(ids: tf.Tensor) -> tf.RaggedTensor:
 
 
 class CharTokenizer(tf.Module):
-    """Character-level tokenizer (dates): one id per Unicode character.
+    """Character-level tokenizer: one id per Unicode character.
 
     Unknown characters map to ``[UNK]``.
     """
@@ -85,7 +87,7 @@ class CharTokenizer(tf.Module):
         return tf.gather(self.vocab, ids)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps({"kind": self.kind, "symbols": self.symbols}))
+        write_text(path, json.dumps({"kind": self.kind, "symbols": self.symbols}))
 
 
 class SubwordTokenizer(tf.Module):
@@ -147,11 +149,11 @@ class SubwordTokenizer(tf.Module):
         return tf.gather(self.vocab, ids)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps({"kind": self.kind, "vocab": self.pieces}))
+        write_text(path, json.dumps({"kind": self.kind, "vocab": self.pieces}))
 
 
 def load_tokenizer(path: Path) -> CharTokenizer | SubwordTokenizer:
-    spec = json.loads(Path(path).read_text())
+    spec = read_json(path)
     if spec["kind"] == "char":
         return CharTokenizer(spec["symbols"])
     return SubwordTokenizer(spec["vocab"])

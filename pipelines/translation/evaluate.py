@@ -1,43 +1,79 @@
-"""Score a trained run on its held-out split: BLEU, chrF, length buckets, heatmaps."""
+"""Score a trained translator on a held-out split: BLEU, chrF, length buckets, heatmaps.
+
+Writes ``translations.tsv`` (the source, the reference and one column per
+decoding) and ``plots/alignment_*.png`` in the run folder; returns the body
+of ``metrics.json``.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from pipelines.core.metrics import bleu_by_length, corpus_scores
 from pipelines.core.plots import alignment_heatmap
-from pipelines.translation.run import (
-    decode_strings,
-    load_splits,
-    load_translator,
-    translate_texts,
-    write_json,
-)
+from pipelines.core.run_dir import write_text
+
+TRANSLATIONS = "translations.tsv"
+
+
+def decode_strings(values) -> list[str]:
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def translate_texts(
+    translator,
+    texts: list[str],
+    beam_width: int,
+    batch_size: int,
+    progress: bool = True,
+) -> dict[str, np.ndarray]:
+    """Translate in batches with one traced graph; outputs as numpy arrays."""
+    fn = translator.traced_translate()
+    alpha = tf.constant(translator.default_length_penalty, tf.float32)
+    bar = None
+    if progress:  # a live bar on a terminal, one line at the end otherwise
+        verbose = 1 if sys.stdout.isatty() else 2
+        bar = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="sentence")
+    parts: dict[str, list] = {}
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start : start + batch_size]
+        out = fn(tf.constant(batch), tf.constant(beam_width, tf.int32), alpha)
+        for key in ("translation", "score", "length"):
+            parts.setdefault(key, []).append(out[key].numpy())
+        if bar is not None:
+            bar.add(len(batch))
+    return {k: np.concatenate(v) for k, v in parts.items()}
 
 
 def evaluate(
-    run_dir: str | Path,
-    split: str = "test",
+    run_dir: Path,
+    translator,
+    config,
+    pairs: list[tuple[str, str]],
+    split: str,
     beam_widths: tuple[int, ...] | None = None,
-    limit: int | None = None,
     heatmaps: int = 3,
 ) -> dict:
-    """Translate ``split`` greedily and with beams; write metrics.json and plots."""
+    """Translate ``pairs`` greedily and with beams; write the TSV and plots."""
     run_dir = Path(run_dir)
-    translator, config = load_translator(run_dir)
-    pairs = getattr(load_splits(config), split)
-    if limit:
-        pairs = pairs[:limit]
     sources = [s for s, _ in pairs]
     references = [t.lower() for _, t in pairs]  # the models write lowercase
     if beam_widths is None:
         beam_widths = tuple(sorted({1, config.decode.default_beam_width}))
+    for width in beam_widths:
+        if not 1 <= width <= config.decode.beam_width:
+            raise ValueError(
+                f"evaluate: --beam-width must be in [1, decode.beam_width="
+                f"{config.decode.beam_width}], received {width}."
+            )
     results: dict = {"split": split, "run": config.name, "decoding": {}}
-    rows = []
+    columns: dict[str, list[str]] = {}
     for width in beam_widths:
         name = "greedy" if width == 1 else f"beam{width}"
         print(f"Translating {len(sources)} {split} sentences ({name})")
@@ -48,19 +84,19 @@ def evaluate(
         scores["seconds"] = round(time.time() - t0, 1)
         scores["by_source_length"] = bleu_by_length(sources, hypotheses, references)
         results["decoding"][name] = scores
+        columns[name] = hypotheses
         print(
             f"  {name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
             f"exact match {scores['exact_match']:.2%}  ({scores['seconds']} s)"
         )
-        rows = list(zip(sources, references, hypotheses, strict=True))
-    with open(run_dir / "translations.tsv", "w", encoding="utf-8") as f:
-        f.write("source\treference\ttranslation\n")
-        for row in rows:
-            f.write("\t".join(x.replace("\t", " ") for x in row) + "\n")
+    lines = ["\t".join(["source", "reference", *columns])]
+    for i, (source, reference) in enumerate(zip(sources, references, strict=True)):
+        row = [source, reference] + [column[i] for column in columns.values()]
+        lines.append("\t".join(x.replace("\t", " ") for x in row))
+    write_text(run_dir / TRANSLATIONS, "\n".join(lines) + "\n")
     results["heatmaps"] = [
         str(p) for p in plot_samples(translator, sources[:heatmaps], run_dir / "plots")
     ]
-    write_json(run_dir / "metrics.json", results)
     return results
 
 

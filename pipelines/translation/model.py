@@ -24,8 +24,8 @@ from keras import ops
 
 import attention_layers as al
 from attention_layers.decoding import rnn_step_fn
-from pipelines.core.config import ModelConfig
 from pipelines.core.text import PAD
+from pipelines.translation.config import ModelConfig
 
 
 def make_attention(config: ModelConfig) -> keras.layers.Layer:

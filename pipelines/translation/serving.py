@@ -1,15 +1,36 @@
-"""Export a trained run for TF Serving, and use an export without this library.
+"""Strings in, translations out: tokenizers + model + in-graph decoding.
 
-`export` writes ``<base>/<name>/<version>/`` (atomic, warmup requests, an op
-audit in ``assets.extra/op_audit.json``). `translate_with_export` needs only
-TensorFlow and tensorflow-text (for the tokenizer ops): it is what a client
-of the SavedModel does.
+`Translator` is the task's `ServingModule`. Its ``translate`` runs the input
+checks, tokenization, the encoder, greedy search (``beam_width`` 1) or beam
+search (2 up to ``decode.beam_width``, chosen per request) and
+detokenization inside one graph; the same functions are the SavedModel
+signatures (`Translator.signatures`).
+
+Defined results (documented in docs/pipelines/translation.md): a source with
+no tokens (``""``, only spaces) translates to ``""`` with score 0, length 0
+and zero alignment; an empty batch gives empty outputs. A length penalty
+that is negative or not finite, a beam width outside ``[1, decode.beam_width]``,
+invalid UTF-8 or an input of the wrong rank is an ``InvalidArgument`` that
+names the input.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import tensorflow as tf
+
+from attention_layers.decoding import (
+    beam_search,
+    gnmt_length_penalty,
+    greedy_search,
+    tile_beams,
+)
+from pipelines.core.serving import (
+    ServingModule,
+    checked_ids,
+    checked_scalar,
+    checked_strings,
+)
+from pipelines.core.text import END, PAD, START
 
 SAMPLES = {
     "dates": ["montag, 9. märz 1987", "9 de marzo de 1987", "march 9, 1987"],
@@ -27,88 +48,186 @@ def samples_for(config) -> list[str]:
     return SAMPLES.get(corpus, SAMPLES["bible"])
 
 
-def export(
-    run_dir: str | Path,
-    base_dir: str | Path,
-    name: str = "translation",
-    version: int | None = None,
-) -> Path:
-    """Export the run's model; returns the version directory."""
-    import numpy as np
+class Translator(ServingModule):
+    def __init__(self, model, source_tokenizer, target_tokenizer, config):
+        super().__init__(model.trainer, name="translator")
+        self.model = model
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.max_source = config.tokenizer.max_source_tokens
+        self.max_length = config.tokenizer.max_target_tokens + 1  # + [END]
+        self.max_beams = config.decode.beam_width
+        self.default_beam_width = config.decode.default_beam_width
+        self.default_length_penalty = config.decode.length_penalty
+        self.samples = samples_for(config)
 
-    from pipelines.core.export import audit_ops, export_for_serving
-    from pipelines.translation.run import PipelineError, load_translator
-    from pipelines.translation.translator import export_signatures
+    # -- pieces -----------------------------------------------------------
+    def source_ids(self, strings) -> tf.Tensor:
+        """``[B, S]`` int32 ids, cut at ``max_source_tokens``, 0-padded."""
+        ids = self.source_tokenizer.tokenize(strings)[:, : self.max_source]
+        ids = ids.to_tensor(default_value=PAD)
+        # An all-empty batch still gets one (padding) column.
+        return tf.pad(ids, [[0, 0], [0, 1]])[:, : tf.maximum(tf.shape(ids)[1], 1)]
 
-    translator, config = load_translator(run_dir)
-    samples = samples_for(config)
-    warmup = [
-        {"source": np.array(samples, dtype=object)},
-        {"source": np.array(samples[:1], dtype=object)},
-    ]
-    path = export_for_serving(
-        translator,
-        export_signatures(translator),
-        base_dir,
-        name,
-        version=version,
-        warmup=("serving_default", warmup),
-    )
-    audit = audit_ops(path)
-    (path / "assets.extra" / "op_audit.json").write_text(json.dumps(audit, indent=2))
-    print(
-        f"Exported {path}: {len(audit['core'])} core op types, "
-        f"TF Text ops {audit['tf_text']}, unknown {audit['unknown']}"
-    )
-    if audit["unknown"]:
-        raise PipelineError(
-            f"the export uses ops TF Serving 2.20 may not have: {audit['unknown']}"
+    def checked_options(self, beam_width, length_penalty):
+        beam_width = checked_scalar(
+            "beam_width", beam_width, tf.int32, 1, self.max_beams
         )
-    return path
+        length_penalty = checked_scalar(
+            "length_penalty", length_penalty, tf.float32, 0.0
+        )
+        return beam_width, length_penalty
 
+    def decode_ids(self, source_ids, beam_width, length_penalty) -> dict:
+        """Token ids, scores, lengths and alignments of the best hypothesis.
 
-def latest_version(model_dir: Path) -> Path:
-    versions = sorted(
-        (p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
-        key=lambda p: int(p.name),
-    )
-    if not versions:
-        raise FileNotFoundError(f"no integer version folder in {model_dir}")
-    return versions[-1]
+        ``beam_width`` (int32 scalar) 1 runs greedy search, more runs beam
+        search with that many beams; scores are ``log P(Y|X) / lp(Y)``. Rows
+        without a source token get no tokens, score 0 and length 0.
+        """
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        beam_width = tf.clip_by_value(tf.cast(beam_width, tf.int32), 1, self.max_beams)
+        alpha = tf.cast(length_penalty, tf.float32)
+        encoded = self.model.encode(source_ids)
+        batch = tf.shape(source_ids)[0]
+        source_length = tf.shape(source_ids)[1]
+        start = tf.fill([batch], START)
 
+        def with_alignments(out):
+            if "alignments" not in out:
+                shape = tf.concat([tf.shape(out["tokens"]), [source_length]], 0)
+                out["alignments"] = tf.zeros(shape, tf.float32)
+            return out
 
-def translate_with_export(
-    export_dir: str | Path,
-    texts: list[str],
-    beam_width: int | None = None,
-    length_penalty: float | None = None,
-) -> dict:
-    """Load the SavedModel with TensorFlow alone and call ``serving_default``.
+        def greedy():
+            out = greedy_search(
+                self.model.step_fn(encoded),
+                self.model.initial_state(encoded),
+                start,
+                end_id=END,
+                max_length=self.max_length,
+            )
+            out = with_alignments(dict(out))
+            lp = gnmt_length_penalty(out["lengths"], alpha)
+            return {
+                "tokens": out["tokens"],
+                "scores": out["scores"] / lp,
+                "lengths": out["lengths"],
+                "alignments": out["alignments"],
+            }
 
-    ``export_dir`` is a version directory, or a model directory (its latest
-    version is used). Returns numpy arrays keyed by the signature's outputs.
-    """
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  registers the tokenizer ops
+        def beam():
+            tiled = tile_beams(encoded, self.max_beams)
+            out = beam_search(
+                self.model.step_fn(tiled),
+                self.model.initial_state(tiled),
+                start,
+                end_id=END,
+                max_length=self.max_length,
+                beam_width=self.max_beams,
+                length_penalty=alpha,
+                num_beams=beam_width,
+            )
+            out = with_alignments(dict(out))
+            return {
+                k: out[k][:, 0] for k in ("tokens", "scores", "lengths", "alignments")
+            }
 
-    export_dir = Path(export_dir)
-    if not (export_dir / "saved_model.pb").exists():
-        export_dir = latest_version(export_dir)
-    from tensorflow.python.tools import saved_model_utils
+        out = (
+            greedy() if self.max_beams == 1 else tf.cond(beam_width <= 1, greedy, beam)
+        )
+        # A source with no tokens has nothing to translate: a defined result.
+        has_source = tf.reduce_any(tf.not_equal(source_ids, PAD), axis=1)
+        out["tokens"] = tf.where(has_source[:, None], out["tokens"], PAD)
+        out["scores"] = tf.where(has_source, out["scores"], 0.0)
+        out["lengths"] = tf.where(has_source, out["lengths"], 0)
+        out["alignments"] = tf.where(
+            has_source[:, None, None],
+            out["alignments"],
+            tf.zeros_like(out["alignments"]),
+        )
+        return out
 
-    signature = saved_model_utils.get_meta_graph_def(
-        str(export_dir), "serve"
-    ).signature_def["serving_default"]
-    defaults = {k: tf.make_ndarray(v) for k, v in signature.defaults.items()}
-    fn = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
-    feed = {
-        "source": tf.constant(texts),
-        "beam_width": tf.constant(
-            defaults["beam_width"] if beam_width is None else beam_width, tf.int32
-        ),
-        "length_penalty": tf.constant(
-            defaults["length_penalty"] if length_penalty is None else length_penalty,
-            tf.float32,
-        ),
-    }
-    return {k: v.numpy() for k, v in fn(**feed).items()}
+    def traced_translate(self):
+        """`translate` as one ``tf.function`` (traced once, reused for any batch)."""
+        if not hasattr(self, "_traced"):
+            self._traced = tf.function(
+                self.translate,
+                input_signature=[
+                    tf.TensorSpec([None], tf.string),
+                    tf.TensorSpec([], tf.int32),
+                    tf.TensorSpec([], tf.float32),
+                ],
+            )
+        return self._traced
+
+    def translate(self, strings, beam_width=None, length_penalty=None) -> dict:
+        """Translations and what explains them, for a batch of strings."""
+        if beam_width is None:
+            beam_width = self.default_beam_width
+        if length_penalty is None:
+            length_penalty = self.default_length_penalty
+        strings = checked_strings("source", strings)
+        beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
+        source_ids = self.source_ids(strings)
+        out = self.decode_ids(source_ids, beam_width, length_penalty)
+        tokens = out["tokens"]
+        return {
+            "translation": self.target_tokenizer.detokenize(tokens),
+            "score": out["scores"],
+            "length": out["lengths"],
+            "alignment": out["alignments"],
+            "source_tokens": self.source_tokenizer.id_to_token(source_ids),
+            "target_tokens": self.target_tokenizer.id_to_token(tokens),
+        }
+
+    def translate_ids(self, source_ids, beam_width, length_penalty) -> dict:
+        source_ids = checked_ids(
+            "source_ids", source_ids, self.source_tokenizer.vocab_size
+        )
+        beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
+        out = self.decode_ids(source_ids, beam_width, length_penalty)
+        return {
+            "target_ids": out["tokens"],
+            "score": out["scores"],
+            "length": out["lengths"],
+            "alignment": out["alignments"],
+        }
+
+    # -- the export ---------------------------------------------------------
+    def signatures(self) -> dict:
+        """``serving_default`` (raw strings) and ``translate_ids`` (token ids).
+
+        Inputs are declared with unknown shapes and checked in the graph (a C
+        client may feed any shape). ``beam_width`` and ``length_penalty``
+        have defaults in the SignatureDef (``PlaceholderWithDefault``), so a
+        client may leave them out.
+        """
+        beams = tf.constant(self.default_beam_width, tf.int32)
+        alpha = tf.constant(self.default_length_penalty, tf.float32)
+        options = [
+            tf.TensorSpec(None, tf.int32, name="beam_width"),
+            tf.TensorSpec(None, tf.float32, name="length_penalty"),
+        ]
+
+        @tf.function(
+            input_signature=[tf.TensorSpec(None, tf.string, name="source")] + options
+        )
+        def serving_default(source, beam_width=beams, length_penalty=alpha):
+            return self.translate(source, beam_width, length_penalty)
+
+        @tf.function(
+            input_signature=[tf.TensorSpec(None, tf.int32, name="source_ids")] + options
+        )
+        def translate_ids(source_ids, beam_width=beams, length_penalty=alpha):
+            return self.translate_ids(source_ids, beam_width, length_penalty)
+
+        return {"serving_default": serving_default, "translate_ids": translate_ids}
+
+    def warmup_requests(self) -> list[dict]:
+        import numpy as np
+
+        return [
+            {"source": np.array(self.samples, dtype=object)},
+            {"source": np.array(self.samples[:1], dtype=object)},
+        ]

@@ -17,8 +17,8 @@ from keras import ops
 
 import attention_layers as al
 from attention_layers.decoding import transformer_initial_state, transformer_step_fn
-from pipelines.core.config import ModelConfig
 from pipelines.core.text import PAD
+from pipelines.translation.config import ModelConfig
 
 
 class TransformerSeq2Seq:

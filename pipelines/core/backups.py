@@ -1,0 +1,138 @@
+"""End-of-epoch training state, two generations deep, checked before it is trusted.
+
+Keras' ``BackupAndRestore`` keeps one generation by default, overwrites it in
+place, and fails with a raw h5py traceback on every rerun once a kill has
+truncated it; it also deletes the backup when training ends. This store
+writes each generation to a hidden folder and renames it into place, records
+the size and SHA-256 of every file, keeps the newest ``keep`` generations,
+and on restore names any damaged one and falls back to the one before. It
+never restarts from scratch silently: if backups exist and none is usable,
+it stops and says so.
+
+Layout: ``backup/epoch-NNNNNN/{model.weights.h5, state.json}``; the weights
+file holds the model and the optimizer (Keras saves both), ``state.json``
+the epoch count, the optimizer's step count, the history rows and the early
+stopping state.
+
+Example:
+
+>>> import tempfile, keras, numpy as np
+>>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+>>> model.compile("adam", "mse")
+>>> _ = model.fit(np.ones((4, 2)), np.ones((4, 1)), verbose=0)
+>>> store = Backups(tempfile.mkdtemp())
+>>> _ = store.save(model, {"epoch": 1})
+>>> store.restore(model)["epoch"]
+1
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from pipelines.core.run_dir import (
+    PipelineError,
+    partial_name,
+    read_json,
+    sha256,
+    write_json,
+)
+
+WEIGHTS = "model.weights.h5"
+STATE = "state.json"
+_GENERATION = re.compile(r"^epoch-(\d{6})$")
+
+
+class Backups:
+    """Generations of training state in ``folder``, newest first on restore."""
+
+    def __init__(self, folder: str | Path, keep: int = 2, log=print):
+        if keep < 1:
+            raise ValueError(f"Backups: keep must be >= 1, received {keep}")
+        self.folder = Path(folder)
+        self.keep = keep
+        self.log = log
+
+    def generations(self) -> list[Path]:
+        """Generation folders, newest (most epochs) first."""
+        if not self.folder.is_dir():
+            return []
+        found = [p for p in self.folder.iterdir() if _GENERATION.match(p.name)]
+        return sorted(found, key=lambda p: p.name, reverse=True)
+
+    def save(self, model, state: dict) -> Path:
+        """Write ``model`` (and its optimizer) and ``state`` as a new generation."""
+        epoch = int(state["epoch"])
+        name = f"epoch-{epoch:06d}"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / partial_name(name)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        model.save_weights(str(tmp / WEIGHTS))
+        files = {WEIGHTS: {"bytes": (tmp / WEIGHTS).stat().st_size}}
+        files[WEIGHTS]["sha256"] = sha256(tmp / WEIGHTS)
+        write_json(tmp / STATE, {**state, "files": files})
+        final = self.folder / name
+        if final.exists():  # a replayed epoch: the new state supersedes it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        for old in self.generations()[self.keep :]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def problem(self, generation: Path) -> str | None:
+        """Why ``generation`` cannot be trusted, or None if its files check out."""
+        state_path = generation / STATE
+        if not state_path.is_file():
+            return f"{state_path} is missing"
+        try:
+            state = read_json(state_path)
+        except PipelineError as error:
+            return str(error).rstrip(".")
+        if not isinstance(state, dict) or "epoch" not in state:
+            return f"{state_path} holds no epoch"
+        for name, expected in state.get("files", {}).items():
+            path = generation / name
+            if not path.is_file():
+                return f"{path} is missing"
+            size = path.stat().st_size
+            if size != expected["bytes"]:
+                return f"{path} is truncated ({size} of {expected['bytes']} bytes)"
+            if sha256(path) != expected["sha256"]:
+                return f"{path} does not match its checksum"
+        return None
+
+    def restore(self, model) -> dict | None:
+        """Load the newest sound generation into ``model``; its state, or None.
+
+        ``model`` must be compiled; its optimizer is built here so that the
+        optimizer's variables (the step count among them) are restored too.
+        """
+        generations = self.generations()
+        if not generations:
+            return None
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        damaged = []
+        for generation in generations:
+            problem = self.problem(generation)
+            if problem is None:
+                try:
+                    model.load_weights(str(generation / WEIGHTS))
+                except Exception as error:  # h5py and Keras raise many types
+                    problem = f"{generation / WEIGHTS} cannot be read ({error})"
+            if problem is not None:
+                damaged.append(problem)
+                self.log(f"warning: backup {problem}; trying the one before.")
+                continue
+            state = read_json(generation / STATE)
+            if damaged:
+                self.log(f"Resuming from {generation.name} (the previous good state).")
+            return state
+        raise PipelineError(
+            f"every backup in {self.folder} is damaged ({'; '.join(damaged)}); "
+            "nothing can be resumed. Rerun with --overwrite to start afresh."
+        )

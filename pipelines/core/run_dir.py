@@ -1,0 +1,190 @@
+"""The run folder: its paths, the config fingerprint guard, atomic writes.
+
+A run lives in one folder; every task writes the same core files::
+
+    run.json                 task, config fingerprint, status, epochs done
+    config.yaml              the resolved configuration
+    data_summary.txt         the data after filtering: sizes, what was dropped or cut
+    backup/epoch-NNNNNN/     the last two end-of-epoch states: a rerun resumes here
+    checkpoints/best.weights.h5   the best validation loss so far
+    model.weights.h5         the final weights (written last)
+    history.csv              one row per finished epoch
+    logs/                    TensorBoard
+    metrics.json, plots/     from evaluate
+
+plus the task's own files (tokenizers, predictions). Every file is written
+to a temporary name and renamed into place, so a crash never leaves half a
+file under a real name.
+
+Example:
+
+>>> import tempfile
+>>> from pipelines.core.run_dir import RunDir, write_json, read_json
+>>> run = RunDir(tempfile.mkdtemp())
+>>> _ = write_json(run.state_path, {"status": "training"})
+>>> read_json(run.state_path)["status"]
+'training'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+
+class PipelineError(RuntimeError):
+    """A run cannot go on; the message says what to fix."""
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/attention-pipelines`` (default ``~/.cache/...``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attention-pipelines"
+
+
+def partial_name(name: str) -> str:
+    """A hidden temporary name beside ``name``, unique to this process."""
+    return f".{name}.partial-{socket.gethostname()}-{os.getpid()}"
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temporary file, fsync, rename)."""
+    path = Path(path)
+    tmp = path.with_name(partial_name(path.name))
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
+    return path
+
+
+def write_json(path: str | Path, payload: Any) -> Path:
+    return write_text(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in ``path``; a damaged file raises `PipelineError` naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise PipelineError(f"{path} is damaged ({error}).") from None
+
+
+def sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class RunDir:
+    """Paths of one run folder, and the guard that keeps runs apart."""
+
+    # What `train --overwrite` removes (with the task's own files).
+    ARTIFACTS = (
+        "run.json",
+        "config.yaml",
+        "data_summary.txt",
+        "backup",
+        "checkpoints",
+        "model.weights.h5",
+        "history.csv",
+        "logs",
+        "metrics.json",
+        "plots",
+    )
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def __fspath__(self) -> str:
+        return str(self.root)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.root / name
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    state_path = property(lambda self: self.root / "run.json")
+    config_path = property(lambda self: self.root / "config.yaml")
+    summary_path = property(lambda self: self.root / "data_summary.txt")
+    backup = property(lambda self: self.root / "backup")
+    checkpoints = property(lambda self: self.root / "checkpoints")
+    best_weights = property(lambda self: self.root / "checkpoints" / "best.weights.h5")
+    weights = property(lambda self: self.root / "model.weights.h5")
+    history = property(lambda self: self.root / "history.csv")
+    logs = property(lambda self: self.root / "logs")
+    metrics = property(lambda self: self.root / "metrics.json")
+    plots = property(lambda self: self.root / "plots")
+
+    def state(self) -> dict | None:
+        """``run.json`` as a dict, or None for a folder no run has written."""
+        if not self.state_path.exists():
+            return None
+        return read_json(self.state_path)
+
+    def write_state(self, **changes) -> dict:
+        state = {**(self.state() or {}), **changes}
+        write_json(self.state_path, state)
+        return state
+
+    def check_task(self, task: str) -> None:
+        """Refuse a folder that another task's run holds."""
+        state = self.state()
+        if state and state.get("task", task) != task:
+            raise PipelineError(
+                f"{self.root} holds a {state['task']} run, not a {task} one; "
+                f"use `attention-pipelines {state['task']} ...` or another --run-dir."
+            )
+
+    def require_trained(self, task: str) -> None:
+        self.check_task(task)
+        if not self.weights.exists():
+            raise PipelineError(
+                f"{self.weights} not found: train first "
+                f"(`attention-pipelines {task} train --run-dir {self.root}`)."
+            )
+
+    def clear(self, extra: tuple[str, ...] = ()) -> list[str]:
+        """Remove what training writes (not exports); returns the names removed."""
+        removed = []
+        for name in self.ARTIFACTS + tuple(extra):
+            path = self.root / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            else:
+                continue
+            removed.append(name)
+        return removed
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold ``.lock`` while training: a second trainer here is refused."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        handle = open(self.root / ".lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise PipelineError(
+                f"another process is training in {self.root}; wait for it or use "
+                "another --run-dir."
+            ) from None
+        try:
+            yield self
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()

@@ -1,0 +1,345 @@
+"""Train a task in its run folder: the guard, the strategy, crash-safe resume.
+
+`train` runs the same steps for every task:
+
+1. the run folder's guard: a folder trained with another configuration is
+   refused (by the fingerprint in ``run.json``; ``--overwrite`` starts
+   afresh), a finished run is not retrained, a second trainer is locked out;
+2. the data (`Task.load_data`), refused before training when the training or
+   validation split is empty, summarised in ``data_summary.txt``;
+3. the preprocessors, learned from the training split and saved;
+4. the model under the configured strategy and dtype policy, compiled with
+   Adam (``train.learning_rate``, ``train.clipnorm``) and the task's loss;
+5. ``fit`` from the newest sound backup (`pipelines.core.backups`): no
+   finished epoch is lost and the optimizer's step count continues;
+6. the final weights: those of the best validation loss, written last.
+
+Only the chief worker writes; under ``MultiWorkerMirroredStrategy`` the other
+workers train and write nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from pipelines.core import config as config_lib
+from pipelines.core.backups import Backups
+from pipelines.core.datasets import set_epoch, shard_by_data
+from pipelines.core.keras_compat import patch_multi_worker
+from pipelines.core.run_dir import PipelineError, RunDir, partial_name, write_text
+from pipelines.core.strategy import is_chief, make_strategy, strategy_name
+from pipelines.core.task import Task
+
+
+@contextlib.contextmanager
+def dtype_policy(name: str | None):
+    """Keras' global dtype policy set to ``name`` (float32 if None) inside."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name or "float32")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def save_weights(model: keras.Model, path: Path) -> Path:
+    """``model.save_weights`` to a temporary name, then renamed into place."""
+    tmp = path.with_name(partial_name(path.name) + ".weights.h5")
+    model.save_weights(str(tmp))
+    tmp.replace(path)
+    return path
+
+
+def run_config(task: Task, run: RunDir) -> config_lib.RunConfig:
+    """The configuration a run folder was trained with (its ``config.yaml``)."""
+    return config_lib.load(str(run.config_path), task.presets(), task.default_preset)
+
+
+def check_run(
+    task: Task, config: config_lib.RunConfig, run: RunDir, overwrite: bool = False
+) -> dict | None:
+    """The run folder's guard; returns the previous ``run.json`` (None if new).
+
+    A folder holding another task's run, or a run with another fingerprint,
+    is refused; ``overwrite`` clears the folder's training files first.
+    """
+    state = run.state()
+    if state is None and run.config_path.exists():
+        state = _legacy_state(task, run)
+    if state is not None and overwrite:
+        removed = run.clear(task.run_files)
+        print(f"--overwrite: removed {', '.join(removed) or 'nothing'} in {run.root}")
+        return None
+    if state is not None:
+        run.check_task(task.name)
+        if state.get("fingerprint") != config_lib.fingerprint(config):
+            detail = ""
+            try:
+                detail = f" ({config_lib.differences(run_config(task, run), config)})"
+            except (config_lib.ConfigError, FileNotFoundError):
+                pass
+            raise PipelineError(
+                f"{run.root} holds a run trained with another configuration{detail}; "
+                "use another --run-dir, or --overwrite to start afresh there."
+            )
+    return state
+
+
+def _legacy_state(task: Task, run: RunDir) -> dict:
+    """``run.json`` for a folder written before it existed (by config.yaml)."""
+    if (run.backup / "latest.weights.h5").exists():
+        raise PipelineError(
+            f"{run.root} holds an interrupted run of an older version (Keras "
+            "BackupAndRestore files in backup/), which cannot be resumed; rerun with "
+            "--overwrite to start afresh, or use another --run-dir."
+        )
+    state = {"task": task.name, "status": "unknown"}
+    try:
+        state["fingerprint"] = config_lib.fingerprint(run_config(task, run))
+    except config_lib.ConfigError:
+        pass
+    if run.weights.exists():
+        epochs = 0
+        if run.history.exists():
+            epochs = max(0, len(run.history.read_text().splitlines()) - 1)
+        state.update(status="finished", epochs=epochs)
+    return state
+
+
+def _finished(state: dict | None, config: config_lib.RunConfig) -> bool:
+    if not state or state.get("status") != "finished":
+        return False
+    epochs = state.get("epochs", 0)
+    return epochs >= config.train.epochs or bool(state.get("stopped_early"))
+
+
+class RunState(keras.callbacks.Callback):
+    """Per epoch: history, best weights, early stopping, and a backup.
+
+    The early stopping follows Keras' ``EarlyStopping(monitor="val_loss",
+    restore_best_weights=True)``; unlike it, its state (best value, epochs
+    without improvement) survives a restart, because it is saved with every
+    backup.
+    """
+
+    def __init__(self, run: RunDir, backups: Backups, state: dict, patience: int):
+        super().__init__()
+        self.run, self.backups, self.patience = run, backups, patience
+        self.history: list[dict] = list(state.get("history", []))
+        self.best = state.get("best", math.inf)
+        self.best_epoch = state.get("best_epoch")
+        self.wait = state.get("wait", 0)
+        self.stopped_early = False
+        self.diverged_at: int | None = None
+        self.chief = is_chief()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        set_epoch(epoch)  # the training order of this epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {k: float(v) for k, v in (logs or {}).items()}
+        if not all(math.isfinite(v) for v in logs.values()):
+            # Never let a diverged epoch replace the last good state.
+            self.diverged_at = epoch
+            self.model.stop_training = True
+            return
+        self.history.append({"epoch": epoch, **logs})
+        current = logs.get("val_loss", logs.get("loss", math.inf))
+        if current < self.best:
+            self.best, self.best_epoch, self.wait = current, epoch, 0
+            if self.chief:
+                self.run.checkpoints.mkdir(exist_ok=True)
+                save_weights(self.model, self.run.best_weights)
+        else:
+            self.wait += 1
+            if self.wait >= self.patience:
+                self.stopped_early = True
+                self.model.stop_training = True
+        if self.chief:
+            self.backups.save(self.model, self.state(epoch + 1))
+            write_history(self.run.history, self.history)
+
+    def state(self, epochs: int) -> dict:
+        return {
+            "epoch": epochs,
+            "iterations": int(
+                keras.ops.convert_to_numpy(self.model.optimizer.iterations)
+            ),
+            "history": self.history,
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "wait": self.wait,
+            "stopped_early": self.stopped_early,
+        }
+
+
+def write_history(path: Path, rows: list[dict]) -> None:
+    """``history.csv``: one row per finished epoch, rewritten atomically."""
+    keys = ["epoch"] + sorted({k for row in rows for k in row} - {"epoch"})
+    out = io.StringIO()
+    writer = csv.DictWriter(out, keys, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, out.getvalue())
+
+
+def check_data(data) -> None:
+    for split in ("train", "valid"):
+        if not data.split(split):
+            raise PipelineError(
+                f"data: the {split} split is empty "
+                f"({len(data.train)} train / {len(data.valid)} valid / "
+                f"{len(data.test)} test examples); give more data or change "
+                "data.valid_fraction / data.test_fraction."
+            )
+
+
+def build_compiled(task: Task, config, preprocessors, strategy) -> Any:
+    """The task's model built and compiled under ``strategy``'s scope."""
+    with strategy.scope():
+        model = task.build_model(config, preprocessors)
+        train = config.train
+        model.trainer.compile(
+            optimizer=keras.optimizers.Adam(
+                train.learning_rate, clipnorm=train.clipnorm
+            ),
+            jit_compile=train.jit_compile,
+            **task.compile_arguments(config),
+        )
+    return model
+
+
+def train(
+    task: Task,
+    config: config_lib.RunConfig,
+    run_dir: str | Path,
+    overwrite: bool = False,
+) -> dict:
+    """Train (or resume) ``config``'s model in ``run_dir``; returns ``run.json``."""
+    run = RunDir(run_dir)
+    chief = is_chief()
+    with run.lock() if chief else contextlib.nullcontext():
+        previous = check_run(task, config, run, overwrite and chief)
+        if chief:
+            config_lib.save(config, run.config_path)
+        if _finished(previous, config):
+            print(
+                f"{run.root} is already trained ({previous.get('epochs')} epochs"
+                f"{', stopped early' if previous.get('stopped_early') else ''}); "
+                "nothing to do. Raise train.epochs to train on, or --overwrite."
+            )
+            return previous
+        if chief:
+            run.write_state(
+                task=task.name,
+                fingerprint=config_lib.fingerprint(config),
+                status="training",
+            )
+        return _train(task, config, run)
+
+
+def _train(task: Task, config, run: RunDir) -> dict:
+    t0 = time.time()
+    train_config = config.train
+    keras.utils.set_random_seed(train_config.seed)
+    if train_config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    # Before any other TensorFlow op: collective ops are configured at start-up.
+    strategy = make_strategy(train_config.strategy, train_config.tpu)
+    replicas = strategy.num_replicas_in_sync
+    data = task.load_data(config)
+    check_data(data)
+    chief = is_chief()
+    preprocessors = task.preprocessors(run, data, config, create=chief)
+    summary = task.summary(data, preprocessors, config)
+    print(summary)
+    if chief:
+        write_text(run.summary_path, summary + "\n")
+    print(f"Strategy: {strategy_name(strategy)} with {replicas} replica(s)")
+    train_data = task.make_dataset(data.train, preprocessors, config, True, replicas)
+    valid_data = task.make_dataset(data.valid, preprocessors, config, False, replicas)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        train_data, valid_data = shard_by_data(train_data), shard_by_data(valid_data)
+    if train_config.steps_per_epoch:
+        train_data = train_data.repeat()
+    with dtype_policy(train_config.mixed_precision):
+        model = build_compiled(task, config, preprocessors, strategy)
+        patch_multi_worker(model.trainer, strategy)
+        backups = Backups(run.backup)
+        restored = backups.restore(model.trainer) or {}
+        initial_epoch = restored.get("epoch", 0)
+        if restored:
+            print(
+                f"Resuming after epoch {initial_epoch} (optimizer step "
+                f"{restored.get('iterations')}) from {run.backup}"
+            )
+        state = RunState(run, backups, restored, train_config.early_stopping_patience)
+        callbacks = [state, keras.callbacks.TerminateOnNaN()]
+        if chief:
+            callbacks.append(keras.callbacks.TensorBoard(str(run.logs)))
+        if initial_epoch < train_config.epochs:
+            model.trainer.fit(
+                train_data,
+                validation_data=valid_data,
+                initial_epoch=initial_epoch,
+                epochs=train_config.epochs,
+                steps_per_epoch=train_config.steps_per_epoch,
+                callbacks=callbacks,
+                shuffle=False,  # the dataset shuffles itself
+                verbose=1 if sys.stdout.isatty() else 2,
+            )
+        if state.diverged_at is not None:
+            raise PipelineError(
+                f"training diverged in epoch {state.diverged_at + 1} (loss is not "
+                f"finite); the last good state is kept in {run.backup}. Lower "
+                "train.learning_rate and rerun."
+            )
+        if chief and run.best_weights.exists():
+            model.trainer.load_weights(str(run.best_weights))
+        epochs = len(state.history)
+        final = {
+            "status": "finished",
+            "epochs": epochs,
+            "best_epoch": state.best_epoch,
+            "stopped_early": state.stopped_early,
+            "optimizer_iterations": state.state(epochs)["iterations"],
+            "seconds": round(time.time() - t0, 1),
+        }
+        if chief:
+            save_weights(model.trainer, run.weights)
+            final = run.write_state(**final)
+    where = run.weights if chief else "written by the chief worker"
+    print(f"Trained in {time.time() - t0:.0f} s; weights: {where}")
+    return final
+
+
+def load_trained(
+    task: Task,
+    run_dir: str | Path,
+    dtype: str | None = None,
+    config: config_lib.RunConfig | None = None,
+):
+    """``(config, preprocessors, model)`` of a trained run, under ``dtype``.
+
+    ``dtype`` (a Keras dtype policy) defaults to the run's ``export.dtype``;
+    the model is built under it whatever the process's global policy is.
+    ``config`` replaces the run's own (with the same fingerprint).
+    """
+    run = RunDir(run_dir)
+    run.require_trained(task.name)
+    config = config or run_config(task, run)
+    preprocessors = task.preprocessors(run, None, config, create=False)
+    with dtype_policy(dtype or config.export.dtype):
+        model = task.build_model(config, preprocessors)
+        model.trainer.load_weights(str(run.weights))
+    return config, preprocessors, model
