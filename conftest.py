@@ -1,11 +1,24 @@
-"""Test set-up: two logical CPU devices for tf.distribute, quiet TensorFlow."""
+"""Test set-up: two logical CPU devices for tf.distribute, quiet TensorFlow, and
+the xdist groups that let each pipeline task train once per test run."""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The task of docs/pipelines/adding_a_task.md, registered as a user would (in
+# the environment, so the CLI subprocesses see it too): the pipeline contract
+# runs on it like on every built-in task. A user's own tasks in the variable
+# join it (`pytest tests/pipelines -k NAME`).
+_OWN_TASKS = os.environ.get("ATTENTION_PIPELINES_TASKS")
+os.environ["ATTENTION_PIPELINES_TASKS"] = ",".join(
+    filter(None, ["locale=examples.locale_task:TASK", _OWN_TASKS])
+)
+
+from pathlib import Path  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+PIPELINES = Path(__file__).resolve().parent / "pipelines"
 
 if keras.backend.backend() == "tensorflow":
     import tensorflow as tf
@@ -26,8 +39,16 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs the TensorFlow backend")
     for item in items:
-        if "tf_only" in item.keywords:
+        # The pipelines are TensorFlow programs (tf.data, tf-text, SavedModels):
+        # their doctests and pages run once, in the TensorFlow half.
+        pipeline_docs = "test_python_blocks_run[pipelines/" in item.nodeid
+        if "tf_only" in item.keywords or pipeline_docs or _in_pipelines(item):
             item.add_marker(skip)
+
+
+def _in_pipelines(item) -> bool:
+    path = getattr(item, "path", None)
+    return path is not None and path.is_relative_to(PIPELINES)
 
 
 @pytest.fixture(autouse=True)
@@ -37,3 +58,61 @@ def _float32_policy():
     keras.utils.set_random_seed(0)
     yield
     keras.config.set_dtype_policy("float32")
+
+
+def pipeline_group(nodeid: str) -> str | None:
+    """The task whose shared pipeline case a test uses, or None.
+
+    ``tests/pipelines/test_contract.py::test_x[<task>...]`` and the tests of
+    ``tests/pipelines/test_<task>.py`` use that task's case.
+    """
+    import re
+
+    from pipelines import registry
+
+    path, _, rest = nodeid.partition("::")
+    names = sorted(registry.names(), key=len, reverse=True)
+    if path.endswith("tests/pipelines/test_contract.py"):
+        match = re.search(r"\[(.*)\]$", rest)
+        for name in names:
+            if match and re.match(rf"{re.escape(name)}(\]|-|$)", match.group(1) + "]"):
+                return name
+    match = re.search(r"tests/pipelines/test_(\w+)\.py$", path)
+    if match and match.group(1) in names:
+        return match.group(1)
+    return None
+
+
+# Tests that share one expensive module fixture, by node id prefix.
+SHARED_FIXTURES = {
+    "tests/test_contract.py::test_saved_model_without_library[": "layer-saved-models",
+}
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The scheduling unit of a test: its shared fixture's group, or itself."""
+    group = pipeline_group(nodeid)
+    if group:
+        return f"pipeline-case-{group}"
+    for prefix, name in SHARED_FIXTURES.items():
+        if prefix in nodeid:
+            return name
+    return nodeid
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Schedule the tests that share an expensive fixture on one worker.
+
+    Each pipeline task's tests share one trained case, and the layer
+    contract's SavedModel tests one fresh process. xdist's ``--dist
+    loadgroup`` renames node ids to group them, which pytest 9.2 no longer
+    lets a plugin do; a scheduler that reads the group off the node id does
+    the same. Every other test is its own unit, as with ``--dist load``.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtures(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return SharedFixtures(config, log)

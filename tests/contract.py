@@ -164,26 +164,6 @@ def check_keras_file(case, tmp_path):
 
 
 # -- 3. SavedModel loaded where the library cannot be imported -----------------
-_LOAD_WITHOUT_LIBRARY = textwrap.dedent(
-    """
-    import sys
-    sys.modules["attention_layers"] = None  # any import of it now fails
-    import numpy as np
-    import tensorflow as tf
-    try:
-        import attention_layers  # noqa: F401
-        sys.exit("attention_layers was importable")
-    except ImportError:
-        pass
-    export_dir, feed_path, out_path = sys.argv[1:4]
-    fn = tf.saved_model.load(export_dir).signatures["serving_default"]
-    feed = dict(np.load(feed_path))
-    out = fn(**{k: tf.constant(v) for k, v in feed.items()})
-    np.savez(out_path, **{k: v.numpy() for k, v in out.items()})
-    """
-)
-
-
 def export_saved_model(model, feed, path):
     """Export ``model`` with named inputs (``feed``'s keys) and named outputs."""
     import tensorflow as tf
@@ -204,33 +184,87 @@ def export_saved_model(model, feed, path):
 
 
 def run_without_library(export_dir, feed, tmp_path):
-    feed_path = os.path.join(tmp_path, "feed.npz")
-    out_path = os.path.join(tmp_path, "out.npz")
-    np.savez(feed_path, **feed)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    proc = subprocess.run(
-        [sys.executable, "-c", _LOAD_WITHOUT_LIBRARY, export_dir, feed_path, out_path],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(np.load(out_path))
+    """Outputs of ``serving_default`` on ``feed``, in a process without the library."""
+    got = run_many_without_library({"export": (export_dir, feed)}, tmp_path)["export"]
+    assert not isinstance(got, str), got[-3000:]
+    return got
 
 
 def check_saved_model(case, tmp_path):
+    feed, expected, export_dir = export_case(case, tmp_path)
+    check_served(expected, run_without_library(export_dir, feed, tmp_path))
+
+
+def export_case(case, tmp_path):
+    """``(feed, expected outputs, export folder)`` of ``case`` exported."""
     model = case.functional_model(case.make())
     feed = case.feed()
     expected = model.predict(feed, verbose=0)
     export_dir = os.path.join(tmp_path, "export")
     export_saved_model(model, feed, export_dir)
-    got = run_without_library(export_dir, feed, tmp_path)
+    return feed, expected, export_dir
+
+
+def check_served(expected, got):
     assert set(got) == {"output", "weights"}
     for name in ("output", "weights"):
         np.testing.assert_allclose(expected[name], got[name], rtol=1e-5, atol=1e-6)
+
+
+_LOAD_MANY_WITHOUT_LIBRARY = textwrap.dedent(
+    """
+    import json, sys, traceback
+    sys.modules["attention_layers"] = None  # any import of it now fails
+    import numpy as np
+    import tensorflow as tf
+    try:
+        import attention_layers  # noqa: F401
+        sys.exit("attention_layers was importable")
+    except ImportError:
+        pass
+    for export_dir, feed_path, out_path in json.loads(sys.argv[1]):
+        try:
+            fn = tf.saved_model.load(export_dir).signatures["serving_default"]
+            feed = dict(np.load(feed_path))
+            out = fn(**{k: tf.constant(v) for k, v in feed.items()})
+            np.savez(out_path, **{k: v.numpy() for k, v in out.items()})
+        except Exception:
+            with open(out_path + ".error", "w") as f:
+                f.write(traceback.format_exc())
+    """
+)
+
+
+def run_many_without_library(exports, tmp_path):
+    """`run_without_library` for many ``{id: (export_dir, feed)}`` in one process.
+
+    Returns ``{id: outputs}``, or ``{id: traceback text}`` where loading or
+    calling that export failed.
+    """
+    items = []
+    for name, (export_dir, feed) in exports.items():
+        feed_path = os.path.join(tmp_path, f"{name}.feed.npz")
+        np.savez(feed_path, **feed)
+        items.append((export_dir, feed_path, os.path.join(tmp_path, f"{name}.out.npz")))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOAD_MANY_WITHOUT_LIBRARY, json.dumps(items)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {}
+    for name, (_, _, out_path) in zip(exports, items, strict=True):
+        if os.path.exists(out_path + ".error"):
+            with open(out_path + ".error") as f:
+                results[name] = f.read()
+        else:
+            results[name] = dict(np.load(out_path))
+    return results
 
 
 # -- 4. masks ------------------------------------------------------------------

@@ -66,3 +66,30 @@ def test_decoding_names_are_frozen_and_documented():
     api = (pathlib.Path(__file__).parent.parent / "docs" / "api.md").read_text()
     for name in DECODING:
         assert f"::: attention_layers.decoding.{name}\n" in api, name
+
+
+def test_pipeline_core_imports_no_task():
+    """``pipelines/core`` is what every task shares: it imports no task (nor the
+    registry or the CLI that know them) and names none; tasks import it."""
+    import ast
+    import pathlib
+    import re
+
+    import pipelines.core
+
+    root = pathlib.Path(pipelines.core.__file__).parent
+    tasks = re.compile(
+        r"\b(translat\w*|summarization|captioning|qa|bible|dates)\b", re.I
+    )
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.startswith("pipelines"):
+                    assert name.startswith("pipelines.core"), (path.name, name)
+        assert not tasks.search(text), (path.name, tasks.search(text).group())

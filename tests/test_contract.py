@@ -26,10 +26,42 @@ def test_keras_file_round_trip(case, tmp_path):
     contract.check_keras_file(case, str(tmp_path))
 
 
+@pytest.fixture(scope="module")
+def served_without_library(request, tmp_path_factory):
+    """The selected cases exported, then loaded in one fresh process where this
+    library cannot be imported (one TensorFlow start instead of one per case;
+    the root conftest.py keeps these tests on one xdist worker)."""
+    wanted = {
+        item.callspec.params["case"].id
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_saved_model_without_library"
+    }
+    root = tmp_path_factory.mktemp("saved_models")
+    prepared, exports = {}, {}
+    for case in CASES:
+        if case.id not in wanted:
+            continue
+        keras.config.set_dtype_policy("float32")
+        keras.utils.set_random_seed(0)
+        try:
+            feed, expected, export_dir = contract.export_case(case, str(root / case.id))
+        except Exception as error:  # reported by the case's own test
+            prepared[case.id] = error
+            continue
+        prepared[case.id] = expected
+        exports[case.id] = (export_dir, feed)
+    return prepared, contract.run_many_without_library(exports, str(root))
+
+
 @pytest.mark.tf_only
 @every
-def test_saved_model_without_library(case, tmp_path):
-    contract.check_saved_model(case, str(tmp_path))
+def test_saved_model_without_library(case, served_without_library):
+    prepared, results = served_without_library
+    if isinstance(prepared[case.id], Exception):
+        raise prepared[case.id]
+    got = results[case.id]
+    assert not isinstance(got, str), got[-3000:]
+    contract.check_served(prepared[case.id], got)
 
 
 @every

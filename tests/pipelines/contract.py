@@ -1,0 +1,212 @@
+"""The pipeline contract: what every registered task must do, on its ``tiny`` preset.
+
+`tests/contract.py` proves every layer; this module proves every task the
+same way, through the task interface and the console script only, so a new
+task is covered by registering it. ``tests/pipelines/test_contract.py`` runs
+the clauses; a `Case` is one task trained once per test run (``demo``:
+train, evaluate, export, predict) and shared by all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+QUIET = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+# Two epochs: two backup generations for the damaged-backup clause.
+TINY = [
+    "--config",
+    "tiny",
+    "--set",
+    "train.epochs=2",
+    "--set",
+    "train.strategy=default",
+]
+
+
+def cli(*args, env=None, check=True, timeout=900) -> subprocess.CompletedProcess:
+    """``attention-pipelines ARGS`` in a subprocess, as a user runs it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *map(str, args)],
+        cwd=ROOT,
+        env={**QUIET, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@dataclass
+class Case:
+    """One task trained and exported once: what every clause looks at."""
+
+    name: str
+    root: Path
+    demo: subprocess.CompletedProcess
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def task(self):
+        from pipelines import registry
+
+        return registry.get(self.name)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def export_dir(self) -> Path:
+        from pipelines.core.serving import latest_version
+
+        return latest_version(self.run_dir / "serving" / self.config.name)
+
+    @property
+    def config(self):
+        from pipelines.core.run_dir import RunDir
+        from pipelines.core.trainer import run_config
+
+        return run_config(self.task, RunDir(self.run_dir))
+
+    def module(self):
+        """The in-process serving module of the trained run (built once)."""
+        if "module" not in self._cache:
+            from pipelines.core.trainer import load_trained
+
+            config, preprocessors, model = load_trained(self.task, self.run_dir)
+            module = self.task.serving_module(model, preprocessors, config)
+            self._cache["module"] = (module, module.signatures())
+        return self._cache["module"]
+
+    def reference(self, feed: dict) -> dict:
+        """The in-process module's ``serving_default`` outputs for ``feed``."""
+        import tensorflow as tf
+
+        _, signatures = self.module()
+        out = signatures["serving_default"](
+            **{k: tf.constant(v) for k, v in feed.items()}
+        )
+        return {k: v.numpy() for k, v in out.items()}
+
+
+def train_case(name: str, root: Path) -> Case:
+    """``demo`` on the tiny preset: train, evaluate, export, predict (clause 1)."""
+    run = root / "run"
+    proc = cli(name, "demo", *TINY, "--run-dir", run)
+    return Case(name, root, proc)
+
+
+def assert_outputs_equal(got: dict, expected: dict, where: str) -> None:
+    """Strings and integers exactly, floats to float32 noise."""
+    assert sorted(got) == sorted(expected), (where, sorted(got), sorted(expected))
+    for key, value in expected.items():
+        value, other = np.asarray(value), np.asarray(got[key])
+        assert other.shape == value.shape, (where, key, other.shape, value.shape)
+        if value.dtype.kind in "fc":
+            np.testing.assert_allclose(
+                other, value, rtol=1e-4, atol=1e-5, err_msg=f"{where}: {key}"
+            )
+        else:
+            np.testing.assert_array_equal(other, value, err_msg=f"{where}: {key}")
+
+
+# A process where this project cannot be imported: TensorFlow and
+# tensorflow-text only, like any client of the SavedModel. Runs each request
+# (inputs left out take the SignatureDef's defaults) and records the outputs
+# or the error.
+FRESH = textwrap.dedent(
+    """
+    import pickle, sys
+    sys.modules["attention_layers"] = None
+    sys.modules["pipelines"] = None
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+    from tensorflow.python.tools import saved_model_utils
+
+    export_dir, requests_path, out_path = sys.argv[1:]
+    with open(requests_path, "rb") as f:
+        requests = pickle.load(f)
+    meta = saved_model_utils.get_meta_graph_def(export_dir, "serve")
+    defaults = {
+        k: tf.make_ndarray(v)
+        for k, v in meta.signature_def["serving_default"].defaults.items()
+    }
+    fn = tf.saved_model.load(export_dir).signatures["serving_default"]
+    results = []
+    for feed in requests:
+        feed = {**defaults, **feed}
+        try:
+            out = fn(**{k: tf.constant(v) for k, v in feed.items()})
+            results.append({"ok": {k: v.numpy() for k, v in out.items()}})
+        except tf.errors.InvalidArgumentError as error:
+            results.append({"error": error.message})
+    with open(out_path, "wb") as f:
+        pickle.dump(results, f)
+    """
+)
+
+
+def serve_fresh(export_dir: Path, requests: list[dict], workdir: Path) -> list[dict]:
+    """Run ``requests`` in a fresh process that cannot import this project."""
+    requests_path, out_path = workdir / "requests.pkl", workdir / "results.pkl"
+    requests_path.write_bytes(pickle.dumps(requests))
+    env = {k: v for k, v in QUIET.items() if k != "PYTHONPATH"}
+    command = [sys.executable, "-c", FRESH, str(export_dir)]
+    proc = subprocess.run(
+        [*command, str(requests_path), str(out_path)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return pickle.loads(out_path.read_bytes())
+
+
+def bfloat16_ops(export_dir: Path) -> int:
+    """How many graph nodes of the SavedModel carry a bfloat16 dtype."""
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((export_dir / "saved_model.pb").read_bytes())
+    count = 0
+    for meta in proto.meta_graphs:
+        nodes = list(meta.graph_def.node)
+        for fn in meta.graph_def.library.function:
+            nodes += list(fn.node_def)
+        for node in nodes:
+            for attr in node.attr.values():
+                if attr.type == types_pb2.DT_BFLOAT16 or types_pb2.DT_BFLOAT16 in (
+                    attr.list.type
+                ):
+                    count += 1
+                    break
+    return count
+
+
+def history_epochs(run_dir: Path) -> list[int]:
+    import csv
+
+    path = run_dir / "history.csv"
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def run_state(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())

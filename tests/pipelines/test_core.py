@@ -1,0 +1,486 @@
+"""The pipeline core on its own: config, backups, publication, batches, registry."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Literal
+
+import keras
+import numpy as np
+import pytest
+
+from pipelines.core import config as config_lib
+from pipelines.core.config import ConfigError, RunConfig
+from pipelines.core.run_dir import PipelineError, RunDir, read_json, write_text
+
+pytestmark = pytest.mark.tf_only
+
+
+# -- typed configuration -----------------------------------------------------------
+
+
+@dataclass
+class Section:
+    units: int = field(default=8, metadata={"range": (1, 64)})
+    rate: float = 0.5
+    kind: Literal["a", "b"] = "a"
+    limit: int | None = None
+    flag: bool = False
+    sizes: tuple[int, ...] = (1, 2)
+
+
+@dataclass
+class ToyConfig(RunConfig):
+    name: str = "toy"
+    section: Section = field(default_factory=Section)
+
+
+PRESETS = {
+    "toy": ToyConfig,
+    "big": lambda: ToyConfig(name="big", section=Section(units=32)),
+}
+
+
+@pytest.mark.parametrize(
+    "override, value",
+    [
+        ("section.units=16", 16),
+        ("section.rate=3e-3", 0.003),  # YAML 1.1 reads this as a string
+        ("section.rate=2", 2.0),
+        ("section.kind=b", "b"),
+        ("section.limit=null", None),
+        ("section.limit=5", 5),
+        ("section.flag=true", True),
+        ("section.sizes=[3, 4]", (3, 4)),
+        ("name=2024", "2024"),
+    ],
+)
+def test_values_are_converted_to_their_field_type(override, value):
+    config = config_lib.apply_overrides(ToyConfig(), [override])
+    key = override.split("=")[0].split(".")[-1]
+    got = getattr(config.section if "section" in override else config, key)
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("section.units=two", "`section.units` must be an int, received 'two' (str)"),
+        ("section.units=2.5", "`section.units` must be an int, received 2.5 (float)"),
+        ("section.units=true", "`section.units` must be an int, received True (bool)"),
+        ("section.units=0", "`section.units` must be in [1, 64], received 0"),
+        ("section.rate=fast", "`section.rate` must be a float, received 'fast'"),
+        ("section.kind=c", "`section.kind` must be one of ['a', 'b'], received 'c'"),
+        ("section.flag=maybe", "`section.flag` must be true or false"),
+        ("section.limit=x", "`section.limit` must be an int or null"),
+        ("section.sizes=[1, x]", "`section.sizes` must be a list of an int"),
+        ("section=3", "`section` must be a mapping"),
+        ("section.nope=1", "unknown key `section.nope`"),
+        ("nodots", "must look like section.key=value"),
+    ],
+)
+def test_bad_values_name_the_key_type_and_value(override, message):
+    with pytest.raises(ConfigError) as error:
+        config_lib.apply_overrides(ToyConfig(), [override])
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_yaml_files_start_from_a_preset(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: big\nsection:\n  rate: 1e-4\n")
+    config = config_lib.load(str(path), PRESETS)
+    assert (config.name, config.section.units, config.section.rate) == ("big", 32, 1e-4)
+    path.write_text("section:\n  units: 4\n")  # no preset: the default one
+    assert config_lib.load(str(path), PRESETS, default="toy").section.units == 4
+    with pytest.raises(ConfigError, match="names no `preset:`"):
+        config_lib.load(str(path), PRESETS)
+    path.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        config_lib.load(str(path), PRESETS)
+    with pytest.raises(ConfigError, match="unknown preset 'nope'"):
+        config_lib.load("nope", PRESETS)
+    with pytest.raises(ConfigError, match="no such file"):
+        config_lib.load(str(tmp_path / "missing.yaml"), PRESETS)
+
+
+def test_saved_config_loads_back_equal(tmp_path):
+    config = config_lib.apply_overrides(
+        ToyConfig(), ["section.sizes=[5]", "train.seed=3"]
+    )
+    config_lib.save(config, tmp_path / "config.yaml")
+    again = config_lib.load(str(tmp_path / "config.yaml"), PRESETS, default="toy")
+    assert config_lib.to_dict(again) == config_lib.to_dict(config)
+    assert list(config_lib.to_dict(config)) == ["name", "section", "train", "export"]
+
+
+def test_fingerprint_ignores_what_may_change_between_runs():
+    base = ToyConfig()
+    changes = ["train.epochs=20", "train.strategy=mirrored", "name=other"]
+    same = config_lib.apply_overrides(base, changes + ["export.dtype=mixed_bfloat16"])
+    assert config_lib.fingerprint(same) == config_lib.fingerprint(base)
+    for override in ("section.units=9", "train.seed=1", "train.learning_rate=0.1"):
+        other = config_lib.apply_overrides(base, [override])
+        assert config_lib.fingerprint(other) != config_lib.fingerprint(base), override
+    other = config_lib.apply_overrides(base, ["section.units=9", "train.seed=1"])
+    assert (
+        config_lib.differences(base, other)
+        == "section.units: 8 -> 9; train.seed: 0 -> 1"
+    )
+
+
+def test_determinism_and_xla_together_are_refused():
+    with pytest.raises(ConfigError, match="turns XLA off"):
+        config_lib.apply_overrides(
+            ToyConfig(), ["train.deterministic=true", "train.jit_compile=true"]
+        )
+
+
+# -- the run folder ------------------------------------------------------------------
+
+
+def test_atomic_writes_and_damaged_json(tmp_path):
+    path = write_text(tmp_path / "a.json", '{"x": 1}')
+    assert read_json(path) == {"x": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no temporary left
+    path.write_text('{"x": ')
+    with pytest.raises(PipelineError, match=r"a\.json is damaged"):
+        read_json(path)
+
+
+def test_a_second_trainer_is_locked_out(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.lock():
+        with pytest.raises(PipelineError, match="another process is training"):
+            with RunDir(tmp_path / "run").lock():
+                pass
+    with run.lock():  # released
+        pass
+
+
+def test_clear_removes_training_files_only(tmp_path):
+    run = RunDir(tmp_path)
+    for name in ("run.json", "history.csv", "tokens.json", "notes.txt"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "backup" / "epoch-000001").mkdir(parents=True)
+    (tmp_path / "serving" / "m" / "1").mkdir(parents=True)
+    assert run.clear(("tokens.json",)) == [
+        "run.json",
+        "backup",
+        "history.csv",
+        "tokens.json",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "serving"]
+
+
+# -- backups ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fitted():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.Adam(0.1), "mse")
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0, batch_size=4)
+    return model
+
+
+def _fresh_model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.Adam(0.1), "mse")
+    return model
+
+
+def test_backups_restore_weights_optimizer_and_state(fitted, tmp_path):
+    from pipelines.core.backups import Backups
+
+    store = Backups(tmp_path, keep=2)
+    for epoch in (1, 2, 3):
+        store.save(fitted, {"epoch": epoch, "history": [epoch]})
+    assert [p.name for p in store.generations()] == ["epoch-000003", "epoch-000002"]
+    model = _fresh_model()
+    state = store.restore(model)
+    assert state["epoch"] == 3 and state["history"] == [3]
+    assert int(model.optimizer.iterations.numpy()) == 2  # the step count
+    for a, b in zip(model.get_weights(), fitted.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate", "is truncated"),
+        ("empty", "is truncated (0 of"),
+        ("flip", "does not match its checksum"),
+        ("state", "state.json is damaged"),
+        ("no-state", "state.json is missing"),
+    ],
+)
+def test_a_damaged_generation_is_named_and_skipped(fitted, tmp_path, damage, message):
+    from pipelines.core.backups import Backups
+
+    logged = []
+    store = Backups(tmp_path, log=logged.append)
+    store.save(fitted, {"epoch": 1})
+    newest = store.save(fitted, {"epoch": 2})
+    weights, state = newest / "model.weights.h5", newest / "state.json"
+    data = weights.read_bytes()
+    if damage == "truncate":
+        weights.write_bytes(data[: len(data) // 2])
+    elif damage == "empty":
+        weights.write_bytes(b"")
+    elif damage == "flip":
+        weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    elif damage == "state":
+        state.write_text(state.read_text()[:10])
+    else:
+        state.unlink()
+    assert store.restore(_fresh_model())["epoch"] == 1
+    assert message in logged[0] and str(newest) in logged[0]
+    assert "previous good state" in logged[1]
+
+
+def test_no_sound_generation_is_an_error_not_a_fresh_start(fitted, tmp_path):
+    from pipelines.core.backups import Backups
+
+    store = Backups(tmp_path, log=lambda _: None)
+    for epoch in (1, 2):
+        (store.save(fitted, {"epoch": epoch}) / "model.weights.h5").write_bytes(b"")
+    with pytest.raises(
+        PipelineError, match="every backup in .* is damaged.*--overwrite"
+    ):
+        store.restore(_fresh_model())
+    assert Backups(tmp_path / "none").restore(_fresh_model()) is None  # nothing yet
+
+
+# -- publication -----------------------------------------------------------------------
+
+
+def _module():
+    import tensorflow as tf
+
+    class AddOne(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": x + 1.0}
+
+    return AddOne()
+
+
+def test_concurrent_claims_take_distinct_versions(tmp_path):
+    from pipelines.core.export import claim_version
+
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    tmps = []
+    for i in range(16):
+        tmp = model_dir / f".partial-{i}"
+        tmp.mkdir()
+        (tmp / "saved_model.pb").write_text(str(i))
+        tmps.append(tmp)
+    claimed, barrier = [], threading.Barrier(len(tmps))
+
+    def claim(tmp):
+        barrier.wait()
+        claimed.append(claim_version(tmp, model_dir, None).name)
+
+    threads = [threading.Thread(target=claim, args=(t,)) for t in tmps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claimed, key=int) == [str(i) for i in range(1, 17)]
+    contents = {(model_dir / v / "saved_model.pb").read_text() for v in claimed}
+    assert len(contents) == 16  # no version was overwritten
+    extra = model_dir / ".partial-x"
+    extra.mkdir()
+    (extra / "f").write_text("x")
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        claim_version(extra, model_dir, 3)
+
+
+def test_killed_exports_leave_no_hidden_folder_behind(tmp_path):
+    import socket
+    import time
+
+    from pipelines.core.export import clean_partials, publish
+
+    model_dir = tmp_path / "m"
+    host = socket.gethostname()
+    dead = model_dir / f".partial-{host}-999999999-abcd1234"
+    alive = model_dir / f".partial-{host}-{os.getpid()}-abcd1234"
+    elsewhere = model_dir / ".partial-otherhost-1-abcd1234"
+    legacy = model_dir / ".3.partial-k2j3h4"
+    for path in (dead, alive, elsewhere, legacy):
+        path.mkdir(parents=True)
+    old = time.time() - 7200
+    os.utime(legacy, (old, old))
+    assert sorted(clean_partials(model_dir)) == sorted([dead.name, legacy.name])
+    assert alive.exists() and elsewhere.exists()
+    module = _module()
+    path = publish(
+        module, {"serving_default": module.serve}, tmp_path, "m", audit=False
+    )
+    assert path.name == "1"
+
+
+def test_a_failed_export_leaves_nothing(tmp_path):
+    from pipelines.core.export import publish
+
+    module = _module()
+    signatures = {"serving_default": module.serve}
+    with pytest.raises(ValueError, match="warmup"):
+        publish(module, signatures, tmp_path, "m", warmup=("s", []), audit=False)
+    assert list((tmp_path / "m").iterdir()) == []
+    assert publish(module, signatures, tmp_path, "m", audit=False).name == "1"
+    assert publish(module, signatures, tmp_path, "m", audit=False).name == "2"
+    with pytest.raises(FileExistsError, match="already exists"):
+        publish(module, signatures, tmp_path, "m", version=2, audit=False)
+    with pytest.raises(ValueError, match="positive int"):
+        publish(module, signatures, tmp_path, "m", version=0, audit=False)
+
+
+def test_core_ops_are_listed_once_per_tensorflow_version(tmp_path, monkeypatch):
+    from pipelines.core import export
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ops = export.core_ops()
+    assert {"MatMul", "While", "StringLower"} <= ops
+    assert "FastWordpieceTokenizeWithOffsets" not in ops  # tf-text is not core
+    cached = list((tmp_path / "attention-pipelines").glob("core-ops-tf-*.txt"))
+    assert len(cached) == 1
+    monkeypatch.setattr(export.subprocess, "run", None)  # no second process now
+    assert export.core_ops() == ops
+
+
+# -- batches ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+@pytest.mark.parametrize("static", [False, True])
+def test_bucket_batches_know_their_count(replicas, static):
+    import tensorflow as tf
+
+    from pipelines.core.datasets import bucket_batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 30, 203)
+    rows = tf.ragged.constant([[1] * n for n in lengths])
+    data = tf.data.Dataset.from_tensor_slices(rows).shuffle(203, seed=1)
+    batches = bucket_batches(
+        data, lengths, [8, 16, 24], 16, 29, replicas=replicas, static=static
+    )
+    seen = [b.shape for b in batches]
+    assert len(seen) == int(batches.cardinality())
+    assert all(shape[0] % replicas == 0 and shape[0] > 0 for shape in seen)
+    if static:
+        assert {shape[1] for shape in seen} <= {7, 15, 23, 29}
+    # A batch loses fewer than `replicas` rows, a bucket's last one too.
+    assert sum(shape[0] for shape in seen) >= 203 - (replicas - 1) * (len(seen) + 4)
+
+
+# -- registry, strategy ----------------------------------------------------------------
+
+
+def test_tasks_register_by_path_or_environment(monkeypatch):
+    from pipelines import registry
+
+    monkeypatch.setenv(registry.ENVIRONMENT, "locale=examples.locale_task:TASK")
+    assert "locale" in registry.names() and "translation" in registry.names()
+    assert registry.get("locale").name == "locale"
+    monkeypatch.setenv(registry.ENVIRONMENT, "broken")
+    with pytest.raises(ValueError, match="name=module:attribute"):
+        registry.names()
+    monkeypatch.delenv(registry.ENVIRONMENT)
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        registry.get("nope")
+    with pytest.raises(ValueError, match="task names are words"):
+        registry.register("bad name", "x:y")
+
+
+def test_tpu_strategy_is_built_from_an_address(monkeypatch):
+    import tensorflow as tf
+
+    from pipelines.core import strategy
+
+    calls = []
+
+    class Resolver:
+        def __init__(self, tpu):
+            calls.append(("resolver", tpu))
+
+    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", Resolver)
+    monkeypatch.setattr(
+        tf.config, "experimental_connect_to_cluster", lambda r: calls.append("connect")
+    )
+    monkeypatch.setattr(
+        tf.tpu.experimental, "initialize_tpu_system", lambda r: calls.append("init")
+    )
+    monkeypatch.setattr(tf.distribute, "TPUStrategy", lambda r: ("TPUStrategy", r))
+    built = strategy.make_strategy("auto", tpu="grpc://10.0.0.2:8470")
+    assert built[0] == "TPUStrategy" and isinstance(built[1], Resolver)
+    assert calls == [("resolver", "grpc://10.0.0.2:8470"), "connect", "init"]
+    with pytest.raises(ValueError, match="needs a TPU address"):
+        strategy.make_strategy("tpu")
+
+
+def test_chief_and_multi_worker_settings(monkeypatch):
+    import json
+
+    from pipelines.core import strategy
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert strategy.is_chief()
+    with pytest.raises(ValueError, match="needs the TF_CONFIG"):
+        strategy.make_strategy("multi_worker")
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    for index, chief in ((0, True), (1, False)):
+        spec = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        monkeypatch.setenv("TF_CONFIG", json.dumps(spec))
+        assert strategy.is_chief() is chief
+    assert len(strategy.free_ports(3)) == 3
+
+
+# -- serving checks --------------------------------------------------------------------
+
+
+def test_serving_checks_name_the_input():
+    import tensorflow as tf
+
+    from pipelines.core.serving import checked_ids, checked_scalar, checked_strings
+
+    assert checked_strings("text", ["a", "b"]).shape == (2,)
+    assert checked_strings("text", tf.constant([], tf.string)).shape == (0,)
+    for bad, message in (
+        (tf.constant([b"ok", b"\xc3"]), "`text` must be valid UTF-8; row 1 is not"),
+        (tf.constant([["a"]]), "`text` must be a vector of strings"),
+    ):
+        with pytest.raises(tf.errors.InvalidArgumentError) as error:
+            checked_strings("text", bad)
+        assert message in error.value.message
+    assert float(checked_scalar("alpha", 0.5, tf.float32, 0.0)) == 0.5
+    for value in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match="`alpha` must be a finite"
+        ):
+            checked_scalar("alpha", value, tf.float32, 0.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`ids` must hold ids in"):
+        checked_ids("ids", [[1, 9]], 5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`ids` must be a matrix"):
+        checked_ids("ids", [1, 2], 5)
+
+
+def test_cli_errors_are_one_line():
+    import tensorflow as tf
+
+    from pipelines.cli import _without_workers, describe
+
+    error = tf.errors.InvalidArgumentError(None, None, "in user code:\n\n  x\n  bad: y")
+    assert describe(error) == "TensorFlow InvalidArgumentError: bad: y"
+    assert describe(PipelineError("fix this")) == "fix this"
+    assert "unexpected" in describe(KeyError("k"))
+    assert "permissions" in describe(PermissionError(13, "denied", "/x"))
+    assert _without_workers(["t", "train", "--workers", "2", "--overwrite", "--x"]) == [
+        "t", "train", "--x",
+    ]  # fmt: skip
