@@ -1,6 +1,7 @@
 """Test set-up: two logical CPU devices for tf.distribute, quiet TensorFlow, and
 the xdist groups that let each pipeline task train once per test run."""
 
+import functools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -60,6 +61,14 @@ def _float32_policy():
     keras.config.set_dtype_policy("float32")
 
 
+@functools.cache
+def _task_names() -> list[str]:
+    """Registered task names, longest first (one registry read per session)."""
+    from pipelines import registry
+
+    return sorted(registry.names(), key=len, reverse=True)
+
+
 def pipeline_group(nodeid: str) -> str | None:
     """The task whose shared pipeline case a test uses, or None.
 
@@ -68,10 +77,8 @@ def pipeline_group(nodeid: str) -> str | None:
     """
     import re
 
-    from pipelines import registry
-
     path, _, rest = nodeid.partition("::")
-    names = sorted(registry.names(), key=len, reverse=True)
+    names = _task_names()
     if path.endswith("tests/pipelines/test_contract.py"):
         match = re.search(r"\[(.*)\]$", rest)
         for name in names:
@@ -108,7 +115,10 @@ def pytest_xdist_make_scheduler(config, log):
     loadgroup`` renames node ids to group them, which pytest 9.2 no longer
     lets a plugin do; a scheduler that reads the group off the node id does
     the same. Every other test is its own unit, as with ``--dist load``.
+    Other ``--dist`` modes keep xdist's own scheduler.
     """
+    if config.getoption("dist", "load") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtures(LoadScopeScheduling):

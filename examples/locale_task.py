@@ -186,7 +186,6 @@ def _serving_module_class():
 class LocaleTask(Task):
     name = "locale"
     description = "which locale wrote this date: characters, attention pooling"
-    config_class = LocaleConfig
     default_preset = "locale"
     run_files = (TOKENIZER, LABELS, PREDICTIONS)
     evaluate_files = (PREDICTIONS, "plots/attention_0.png")
@@ -216,10 +215,12 @@ class LocaleTask(Task):
     def preprocessors(self, run, data, config, create) -> Preprocessors:
         from pipelines.core.text import CharTokenizer, load_tokenizer
 
-        if run is not None and (run / TOKENIZER).exists():
+        if run is not None and all((run / f).exists() for f in (TOKENIZER, LABELS)):
             return Preprocessors(
                 load_tokenizer(run / TOKENIZER), read_json(run / LABELS)
             )
+        if data is None and run is None:
+            raise ValueError("preprocessors: give a run folder or data to learn from.")
         if data is None:
             raise PipelineError(f"{run.root} has no {TOKENIZER}: train there first.")
         tokenizer = CharTokenizer.learn([t for t, _ in data.train])
@@ -242,7 +243,13 @@ class LocaleTask(Task):
         ids = preprocessors.tokenizer.tokenize(tf.constant([t for t, _ in examples]))
         ids = ids[:, :limit]
         index = {label: i for i, label in enumerate(preprocessors.labels)}
-        labels = [index.get(label, 0) for _, label in examples]
+        unseen = sorted({label for _, label in examples} - set(index))
+        if unseen:
+            raise PipelineError(
+                f"data: labels {unseen[:5]} are not among the {len(index)} the model "
+                "was trained on; a classifier cannot predict a label it never saw."
+            )
+        labels = [index[label] for _, label in examples]
         labels = tf.constant(labels, tf.int32)
         if training:  # a permutation per epoch, fixed by the seed and the epoch
             order = training_order(len(examples), config.train.seed)

@@ -19,6 +19,7 @@ traceback).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -67,6 +68,11 @@ def _trained_config(task, run_dir, overrides):
 def cmd_train(task, args) -> None:
     config = _config(task, args)
     run_dir = _run_dir(args, config)
+    if args.workers and os.environ.get("TF_CONFIG"):
+        raise ValueError(
+            "train: --workers starts local workers itself; it cannot be given "
+            "where TF_CONFIG is set (a worker of a cluster). Leave one of them out."
+        )
     if args.workers and args.workers > 1:
         from pipelines.core.strategy import launch_workers
 
@@ -126,9 +132,8 @@ def export_run(task, run_dir, base, name, version, overrides) -> Path:
     config, preprocessors, model = load_trained(task, run_dir, config=config)
     with dtype_policy(config.export.dtype):
         module = task.serving_module(model, preprocessors, config)
-        warmup = None
-        if config.export.warmup and module.warmup_requests():
-            warmup = ("serving_default", module.warmup_requests())
+        requests = module.warmup_requests() if config.export.warmup else []
+        warmup = ("serving_default", requests) if requests else None
         path = publish(
             module,
             module.signatures(),
@@ -186,12 +191,18 @@ def cmd_demo(task, args) -> None:
     base = Path(args.base) if args.base else run_dir / "serving"
     path = export_run(task, run_dir, base, args.name, args.version, [])
     print("\nPredicting with the exported SavedModel in a fresh process:")
-    subprocess.run(
+    predicted = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", task.name, "predict",
          "--export", str(path), *task.demo_arguments(run_dir),
          *task.samples(config)],
-        check=True,
     )  # fmt: skip
+    if predicted.returncode:
+        from pipelines.core.run_dir import PipelineError
+
+        raise PipelineError(
+            f"demo: predicting with {path} failed (exit {predicted.returncode}; "
+            "its error is above); the run and the export are kept."
+        )
     summary = task.evaluation_summary(metrics)
     print(
         f"\nDemo done in {time.time() - t0:.0f} s: {summary}; export {path}"
@@ -200,6 +211,17 @@ def cmd_demo(task, args) -> None:
 
 
 # -- the parser ---------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _add_config(parser, task) -> None:
@@ -232,21 +254,24 @@ def _add_export_target(parser, required: bool) -> None:
         "--base", required=required, help="TF Serving model base folder"
     )
     parser.add_argument("--name", help="model name, a folder (default: the run's name)")
-    parser.add_argument("--version", type=int, help="default: the next free version")
+    parser.add_argument(
+        "--version", type=positive_int, help="default: the next free version"
+    )
 
 
 def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentParser:
     """The parser of one task's verbs."""
     parser = argparse.ArgumentParser(
-        prog=f"{prog} {task.name}", description=task.description
+        prog=f"{prog} {task.name}", description=task.description, allow_abbrev=False
     )
     verbs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    verbs.add_parser = functools.partial(verbs.add_parser, allow_abbrev=False)
 
     p = verbs.add_parser("train", help="train (or resume) a model")
     _add_config(p, task)
     p.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         help="train with MultiWorkerMirroredStrategy over N local processes",
     )
     p.set_defaults(func=cmd_train)
@@ -255,7 +280,7 @@ def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentPar
     p.add_argument("--run-dir", required=True)
     _add_set(p)
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
-    p.add_argument("--limit", type=int, help="score only the first N examples")
+    p.add_argument("--limit", type=positive_int, help="score only the first N examples")
     task.add_evaluate_arguments(p)
     p.set_defaults(func=cmd_evaluate)
 
@@ -326,15 +351,12 @@ def _one_line(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if os.environ.get("ATTENTION_PIPELINES_CPU_DEVICES"):
-        from pipelines.core.strategy import split_cpu
-
-        split_cpu(int(os.environ["ATTENTION_PIPELINES_CPU_DEVICES"]))
     if os.environ.get(DEBUG):
         import keras
 
         keras.config.disable_traceback_filtering()
     try:
+        _split_cpu_from_env()
         task, args = parse(argv)
         args.func(task, args)
     except SystemExit:
@@ -350,6 +372,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {describe(error)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _split_cpu_from_env() -> None:
+    """``ATTENTION_PIPELINES_CPU_DEVICES=N``: N logical CPU devices (tests)."""
+    value = os.environ.get("ATTENTION_PIPELINES_CPU_DEVICES")
+    if not value:
+        return
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(
+            "ATTENTION_PIPELINES_CPU_DEVICES must be a positive integer, received "
+            f"{value!r}."
+        )
+    from pipelines.core.strategy import split_cpu
+
+    split_cpu(int(value))
 
 
 def describe(error: Exception) -> str:

@@ -35,11 +35,18 @@ ENTRY_POINTS = "attention_pipelines.tasks"
 ENVIRONMENT = "ATTENTION_PIPELINES_TASKS"
 
 
+def _check_name(name: str, where: str) -> str:
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(
+            f"{where}: a task name is a word (letters, digits, - and _), received "
+            f"{name!r}"
+        )
+    return name
+
+
 def register(name: str, target: str | Task, description: str = "") -> None:
     """Register a task object, or ``"module:attribute"`` to import when used."""
-    if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise ValueError(f"registry: task names are words, received {name!r}")
-    _REGISTERED[name] = (target, description)
+    _REGISTERED[_check_name(name, "registry")] = (target, description)
 
 
 def _from_environment() -> dict[str, tuple[str, str]]:
@@ -51,7 +58,7 @@ def _from_environment() -> dict[str, tuple[str, str]]:
                 f"{ENVIRONMENT}: expected name=module:attribute items, received "
                 f"{item!r}"
             )
-        found[name.strip()] = (target.strip(), "")
+        found[_check_name(name.strip(), ENVIRONMENT)] = (target.strip(), "")
     return found
 
 
@@ -101,5 +108,8 @@ def get(name: str) -> Task:
     if isinstance(target, type):
         target = target()
     if not isinstance(target, Task):
-        raise TypeError(f"registry: {name!r} is not a pipelines.core.task.Task")
+        raise ValueError(
+            f"registry: task {name!r} is {type(target).__name__}, not a "
+            "pipelines.core.task.Task (or a subclass of it)"
+        )
     return target

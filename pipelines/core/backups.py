@@ -37,6 +37,7 @@ from pipelines.core.run_dir import (
     PipelineError,
     partial_name,
     read_json,
+    remove_stale_partials,
     sha256,
     write_json,
 )
@@ -68,6 +69,7 @@ class Backups:
         epoch = int(state["epoch"])
         name = f"epoch-{epoch:06d}"
         self.folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(self.folder)
         tmp = self.folder / partial_name(name)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -94,7 +96,14 @@ class Backups:
             return str(error).rstrip(".")
         if not isinstance(state, dict) or "epoch" not in state:
             return f"{state_path} holds no epoch"
-        for name, expected in state.get("files", {}).items():
+        files = state.get("files")
+        listed = isinstance(files, dict) and all(
+            isinstance(e, dict) and {"bytes", "sha256"} <= set(e)
+            for e in files.values()
+        )
+        if not listed:
+            return f"{state_path} lists no checksummed files"
+        for name, expected in files.items():
             path = generation / name
             if not path.is_file():
                 return f"{path} is missing"

@@ -35,8 +35,14 @@ DTYPES = {
     np.dtype("float64"): 2,
     np.dtype("int32"): 3,
     np.dtype("uint8"): 4,
+    np.dtype("int16"): 5,
+    np.dtype("int8"): 6,
     np.dtype("int64"): 9,
     np.dtype("bool"): 10,
+    np.dtype("uint16"): 17,
+    np.dtype("float16"): 19,
+    np.dtype("uint32"): 22,
+    np.dtype("uint64"): 23,
 }
 STRING = 7
 FROM_CODE = {code: dtype for dtype, code in DTYPES.items()}
@@ -81,7 +87,10 @@ def build(force: bool = False) -> Path:
     import tensorflow as tf
 
     tf_dir = _tensorflow_dir()
-    digest = hashlib.sha256(SOURCE.read_bytes() + tf.__version__.encode()).hexdigest()
+    # One binary per source, TensorFlow version and installation (it links
+    # that installation's libraries by path).
+    key = SOURCE.read_bytes() + tf.__version__.encode() + str(tf_dir).encode()
+    digest = hashlib.sha256(key).hexdigest()
     binary = cache_dir() / f"savedmodel_run-{digest[:16]}"
     if binary.exists() and not force:
         return binary
@@ -198,6 +207,11 @@ class _Reader:
             items = [self.take(self.u64()) for _ in range(count)]
             return np.array(items, dtype=object).reshape(shape)
         data = self.take(self.u64())
+        if dtype not in FROM_CODE:
+            raise PipelineError(
+                f"cloader: the model returned TF_DataType {dtype}, which this reader "
+                f"does not decode (it decodes {sorted(FROM_CODE)} and strings)."
+            )
         return np.frombuffer(data, FROM_CODE[dtype]).reshape(shape).copy()
 
 

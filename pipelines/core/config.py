@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -48,10 +49,6 @@ from pipelines.core.run_dir import write_text
 
 class ConfigError(ValueError):
     """A configuration value or file is wrong; the message names the key."""
-
-
-STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
-POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 @dataclass
@@ -218,6 +215,10 @@ def check_value(key: str, value: Any, hint: Any, metadata, origin: str = "") -> 
         raise ConfigError(
             f"config: `{key}` must be {_type_name(hint)}, received {value!r} "
             f"({type(value).__name__}){where}."
+        )
+    if isinstance(out, float) and not math.isfinite(out):
+        raise ConfigError(
+            f"config: `{key}` must be a finite number, received {value!r}{where}."
         )
     low, high = metadata.get("range", (None, None))
     if isinstance(out, (int, float)) and not isinstance(out, bool):

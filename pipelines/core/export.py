@@ -39,7 +39,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from pipelines.core.run_dir import PipelineError, cache_dir
+from pipelines.core.run_dir import PipelineError, cache_dir, pid_alive
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 AUDIT_FILE = "op_audit.json"
@@ -52,9 +52,8 @@ LEGACY_AGE_S = 3600
 
 def next_version(model_dir: Path) -> int:
     """One more than the largest integer version in ``model_dir`` (1 if none)."""
-    versions = [
-        int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()
-    ]
+    # Files count too: a version folder cannot be renamed onto one.
+    versions = [int(p.name) for p in model_dir.glob("*") if p.name.isdigit()]
     return max(versions, default=0) + 1
 
 
@@ -161,16 +160,6 @@ def audit_ops(export_dir: str | Path) -> dict[str, list[str]]:
 # -- publication ----------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_partials(model_dir: Path) -> list[str]:
     """Remove hidden folders that killed exports of this host left behind."""
     removed = []
@@ -179,7 +168,7 @@ def clean_partials(model_dir: Path) -> list[str]:
         match = _PARTIAL.match(path.name)
         stale = False
         if match and match["host"] == host:
-            stale = not _alive(int(match["pid"]))
+            stale = not pid_alive(int(match["pid"]))
         elif _LEGACY_PARTIAL.match(path.name):
             stale = time.time() - path.stat().st_mtime > LEGACY_AGE_S
         if stale and path.is_dir():
@@ -220,15 +209,13 @@ def publish(
     version: int | None = None,
     warmup: tuple[str, list[dict]] | None = None,
     audit: bool = True,
-    extra_assets: dict[str, str] | None = None,
 ) -> Path:
     """Save ``module`` as ``<base_dir>/<name>/<version>`` and return that path.
 
     ``version`` defaults to the next free integer; an existing version raises
     ``FileExistsError``. ``warmup`` is ``(signature_name, [feed, ...])``.
     With ``audit``, an op outside core TensorFlow and TF Text 2.20 stops the
-    export before any version appears (`PipelineError`). ``extra_assets``
-    maps file names to text written in ``assets.extra/``.
+    export before any version appears (`PipelineError`).
     """
     if version is not None and (
         isinstance(version, bool) or not isinstance(version, int) or version < 1
@@ -256,8 +243,6 @@ def publish(
         if warmup is not None:
             signature, feeds = warmup
             write_warmup(extra / WARMUP_FILE, signature, feeds)
-        for filename, text in (extra_assets or {}).items():
-            (extra / filename).write_text(text)
         if audit:
             report = audit_ops(tmp)
             (extra / AUDIT_FILE).write_text(json.dumps(report, indent=2) + "\n")

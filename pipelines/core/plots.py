@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.core.run_dir import partial_name
+
 
 def _pyplot():
     import matplotlib
@@ -20,8 +22,13 @@ def _save(plt, fig, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    tmp = path.with_name(partial_name(path.name) + path.suffix)
+    try:
+        fig.savefig(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
     return path
 
 

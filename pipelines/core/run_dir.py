@@ -33,6 +33,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -54,15 +55,53 @@ def partial_name(name: str) -> str:
     return f".{name}.partial-{socket.gethostname()}-{os.getpid()}"
 
 
+_PARTIAL = re.compile(r"^\..+\.partial-(?P<host>.+)-(?P<pid>\d+)(\.weights\.h5)?$")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (one we may not signal does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_partials(folder: str | Path) -> list[str]:
+    """Remove the temporaries (`partial_name`) that killed processes of this
+    host left in ``folder``; returns their names. Those of live processes, or
+    of other hosts sharing the folder, are kept."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed, host = [], socket.gethostname()
+    for path in folder.glob(".*.partial-*"):
+        match = _PARTIAL.match(path.name)
+        if not match or match["host"] != host or pid_alive(int(match["pid"])):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (temporary file, fsync, rename)."""
     path = Path(path)
     tmp = path.with_name(partial_name(path.name))
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -132,7 +171,21 @@ class RunDir:
         """``run.json`` as a dict, or None for a folder no run has written."""
         if not self.state_path.exists():
             return None
-        return read_json(self.state_path)
+        try:
+            return read_json(self.state_path)
+        except PipelineError as error:
+            raise PipelineError(
+                f"{error} Rerun with --overwrite to start afresh there."
+            ) from None
+
+    def task_name(self) -> str | None:
+        """The task whose run the folder holds, if it says (a damaged run.json
+        says nothing)."""
+        try:
+            state = self.state()
+        except PipelineError:
+            return None
+        return state.get("task") if isinstance(state, dict) else None
 
     def write_state(self, **changes) -> dict:
         state = {**(self.state() or {}), **changes}

@@ -19,7 +19,8 @@
    the status message (u32 length + bytes), u32 outputs, one tensor each.
    A failing request does not stop the others: the model keeps serving.
    --bench runs the first request ITERATIONS times from each of THREADS
-   threads and prints "latency_ms p50 p99 mean, requests_per_s" on stdout.
+   threads and prints one line on stdout: "requests N failures F p50_ms X
+   p99_ms X mean_ms X requests_per_s X" (exit status 1 if any failed).
 */
 #include <pthread.h>
 #include <stdint.h>
@@ -293,6 +294,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--bench") && i + 2 < argc) {
       threads = atoi(argv[++i]);
       iterations = atoi(argv[++i]);
+      if (threads < 1 || iterations < 1) die("--bench needs THREADS and ITERATIONS >= 1");
     } else {
       fprintf(stderr, "savedmodel_run: unknown argument %s\n", argv[i]);
       return 2;

@@ -125,35 +125,38 @@ def launch_workers(
         check_run(task, config, run, overwrite)
     run.logs.mkdir(parents=True, exist_ok=True)
     addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)]
-    procs, logs = [], []
-    for index in range(workers):
-        spec = {
-            "cluster": {"worker": addresses},
-            "task": {"type": "worker", "index": index},
-        }
-        env = {**os.environ, "TF_CONFIG": json.dumps(spec)}
-        env.pop("ATTENTION_PIPELINES_CPU_DEVICES", None)
-        command = [sys.executable, "-m", "pipelines.cli", *argv,
-                   "--set", "train.strategy=multi_worker"]  # fmt: skip
-        if index == 0:
-            procs.append(subprocess.Popen(command, env=env))
-        else:
-            log = open(Path(run.logs) / f"worker-{index}.log", "w")
-            logs.append(log)
-            procs.append(
-                subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-            )
-    print(f"Started {workers} workers on {', '.join(addresses)}")
-    failed = None
+    procs, logs, done = [], [], False
     try:
+        for index in range(workers):
+            spec = {
+                "cluster": {"worker": addresses},
+                "task": {"type": "worker", "index": index},
+            }
+            env = {**os.environ, "TF_CONFIG": json.dumps(spec)}
+            env.pop("ATTENTION_PIPELINES_CPU_DEVICES", None)
+            command = [sys.executable, "-m", "pipelines.cli", *argv,
+                       "--set", "train.strategy=multi_worker"]  # fmt: skip
+            if index == 0:
+                procs.append(subprocess.Popen(command, env=env))
+            else:
+                log = open(Path(run.logs) / f"worker-{index}.log", "w")
+                logs.append(log)
+                procs.append(
+                    subprocess.Popen(
+                        command, env=env, stdout=log, stderr=subprocess.STDOUT
+                    )
+                )
+        print(f"Started {workers} workers on {', '.join(addresses)}")
+        failed = None
         while any(p.poll() is None for p in procs) and failed is None:
             for index, proc in enumerate(procs):
                 if proc.poll() not in (None, 0):
                     failed = index
             time.sleep(0.5)
-    finally:
+        done = failed is None
+    finally:  # a failed worker, a failed start or Ctrl-C: stop the others
         for proc in procs:
-            if proc.poll() is None and failed is not None:
+            if proc.poll() is None and not done:
                 proc.kill()
         for proc in procs:
             proc.wait()

@@ -87,7 +87,6 @@ class Task(abc.ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    config_class: ClassVar[type]
     default_preset: ClassVar[str]
     # Files the task writes into the run folder (removed by --overwrite).
     run_files: ClassVar[tuple[str, ...]] = ()

@@ -36,7 +36,14 @@ from pipelines.core import config as config_lib
 from pipelines.core.backups import Backups
 from pipelines.core.datasets import set_epoch, shard_by_data
 from pipelines.core.keras_compat import patch_multi_worker
-from pipelines.core.run_dir import PipelineError, RunDir, partial_name, write_text
+from pipelines.core.run_dir import (
+    PipelineError,
+    RunDir,
+    partial_name,
+    remove_stale_partials,
+    sha256,
+    write_text,
+)
 from pipelines.core.strategy import is_chief, make_strategy, strategy_name
 from pipelines.core.task import Task
 
@@ -70,29 +77,47 @@ def check_run(
 ) -> dict | None:
     """The run folder's guard; returns the previous ``run.json`` (None if new).
 
-    A folder holding another task's run, or a run with another fingerprint,
-    is refused; ``overwrite`` clears the folder's training files first.
+    A folder holding another task's run is refused, even with ``overwrite``;
+    ``overwrite`` clears the folder's training files (not its exports) and
+    starts afresh; otherwise a run with another fingerprint is refused.
     """
+    holder = run.task_name()
+    if holder not in (None, task.name):
+        raise PipelineError(
+            f"{run.root} holds a {holder} run, not a {task.name} one; use "
+            f"`attention-pipelines {holder} ...` or another --run-dir."
+        )
+    if overwrite:
+        removed = run.clear(task.run_files)
+        if removed:
+            print(f"--overwrite: removed {', '.join(removed)} in {run.root}")
+        return None
     state = run.state()
     if state is None and run.config_path.exists():
         state = _legacy_state(task, run)
-    if state is not None and overwrite:
-        removed = run.clear(task.run_files)
-        print(f"--overwrite: removed {', '.join(removed) or 'nothing'} in {run.root}")
-        return None
-    if state is not None:
-        run.check_task(task.name)
-        if state.get("fingerprint") != config_lib.fingerprint(config):
-            detail = ""
-            try:
-                detail = f" ({config_lib.differences(run_config(task, run), config)})"
-            except (config_lib.ConfigError, FileNotFoundError):
-                pass
-            raise PipelineError(
-                f"{run.root} holds a run trained with another configuration{detail}; "
-                "use another --run-dir, or --overwrite to start afresh there."
-            )
+    if state is not None and _trained_fingerprint(task, run, state) != (
+        config_lib.fingerprint(config)
+    ):
+        detail = ""
+        try:
+            detail = f" ({config_lib.differences(run_config(task, run), config)})"
+        except (config_lib.ConfigError, FileNotFoundError):
+            pass
+        raise PipelineError(
+            f"{run.root} holds a run trained with another configuration{detail}; "
+            "use another --run-dir, or --overwrite to start afresh there."
+        )
     return state
+
+
+def _trained_fingerprint(task: Task, run: RunDir, state: dict) -> str | None:
+    """The fingerprint of the run's config.yaml under today's defaults (so a
+    field added to the code since does not make old runs look different), or
+    the one run.json recorded when config.yaml cannot be read."""
+    try:
+        return config_lib.fingerprint(run_config(task, run))
+    except (config_lib.ConfigError, FileNotFoundError):
+        return state.get("fingerprint")
 
 
 def _legacy_state(task: Task, run: RunDir) -> dict:
@@ -123,6 +148,20 @@ def _finished(state: dict | None, config: config_lib.RunConfig) -> bool:
     return epochs >= config.train.epochs or bool(state.get("stopped_early"))
 
 
+def _nothing_to_do(run: RunDir, state: dict) -> str:
+    if state.get("stopped_early"):
+        return (
+            f"{run.root} is already trained: it stopped early after "
+            f"{state.get('epochs')} epochs (no better validation loss in "
+            "train.early_stopping_patience epochs); nothing to do. --overwrite "
+            "retrains from scratch."
+        )
+    return (
+        f"{run.root} is already trained ({state.get('epochs')} epochs); nothing to "
+        "do. Raise train.epochs to train on, or --overwrite to retrain."
+    )
+
+
 class RunState(keras.callbacks.Callback):
     """Per epoch: history, best weights, early stopping, and a backup.
 
@@ -139,7 +178,7 @@ class RunState(keras.callbacks.Callback):
         self.best = state.get("best", math.inf)
         self.best_epoch = state.get("best_epoch")
         self.wait = state.get("wait", 0)
-        self.stopped_early = False
+        self.stopped_early = bool(state.get("stopped_early", False))
         self.diverged_at: int | None = None
         self.chief = is_chief()
 
@@ -170,6 +209,7 @@ class RunState(keras.callbacks.Callback):
             write_history(self.run.history, self.history)
 
     def state(self, epochs: int) -> dict:
+        best = self.run.best_weights
         return {
             "epoch": epochs,
             "iterations": int(
@@ -178,9 +218,25 @@ class RunState(keras.callbacks.Callback):
             "history": self.history,
             "best": self.best,
             "best_epoch": self.best_epoch,
+            "best_sha256": sha256(best) if self.chief and best.exists() else None,
             "wait": self.wait,
             "stopped_early": self.stopped_early,
         }
+
+    def forget_best_if_stale(self, restored: dict) -> None:
+        """The best weights must belong to the restored state: a kill after the
+        best was saved but before its backup, or a fall-back past a damaged
+        backup, leaves weights of an epoch that the resume replays."""
+        best = self.run.best_weights
+        if not (self.chief and best.exists()):
+            return
+        if restored.get("best_sha256") != sha256(best):
+            print(
+                f"warning: {best} is from an epoch after the restored state; it is "
+                "removed and the best epoch is tracked again from here."
+            )
+            best.unlink()
+            self.best, self.best_epoch = math.inf, None
 
 
 def write_history(path: Path, rows: list[dict]) -> None:
@@ -229,15 +285,16 @@ def train(
     run = RunDir(run_dir)
     chief = is_chief()
     with run.lock() if chief else contextlib.nullcontext():
-        previous = check_run(task, config, run, overwrite and chief)
+        if chief or not overwrite:
+            previous = check_run(task, config, run, overwrite)
+        else:  # the chief clears the folder; this worker must not judge it now
+            previous = None
         if chief:
+            for folder in (run.root, run.checkpoints, run.backup):
+                remove_stale_partials(folder)
             config_lib.save(config, run.config_path)
         if _finished(previous, config):
-            print(
-                f"{run.root} is already trained ({previous.get('epochs')} epochs"
-                f"{', stopped early' if previous.get('stopped_early') else ''}); "
-                "nothing to do. Raise train.epochs to train on, or --overwrite."
-            )
+            print(_nothing_to_do(run, previous))
             return previous
         if chief:
             run.write_state(
@@ -257,6 +314,11 @@ def _train(task: Task, config, run: RunDir) -> dict:
     # Before any other TensorFlow op: collective ops are configured at start-up.
     strategy = make_strategy(train_config.strategy, train_config.tpu)
     replicas = strategy.num_replicas_in_sync
+    if train_config.batch_size < replicas:
+        raise PipelineError(
+            f"train.batch_size is the global batch, split over {replicas} replicas; "
+            f"it must be at least {replicas}, received {train_config.batch_size}."
+        )
     data = task.load_data(config)
     check_data(data)
     chief = is_chief()
@@ -276,7 +338,8 @@ def _train(task: Task, config, run: RunDir) -> dict:
         model = build_compiled(task, config, preprocessors, strategy)
         patch_multi_worker(model.trainer, strategy)
         backups = Backups(run.backup)
-        restored = backups.restore(model.trainer) or {}
+        with strategy.scope():  # the optimizer's variables are built here
+            restored = backups.restore(model.trainer) or {}
         initial_epoch = restored.get("epoch", 0)
         if restored:
             print(
@@ -284,10 +347,12 @@ def _train(task: Task, config, run: RunDir) -> dict:
                 f"{restored.get('iterations')}) from {run.backup}"
             )
         state = RunState(run, backups, restored, train_config.early_stopping_patience)
+        if restored:
+            state.forget_best_if_stale(restored)
         callbacks = [state, keras.callbacks.TerminateOnNaN()]
         if chief:
             callbacks.append(keras.callbacks.TensorBoard(str(run.logs)))
-        if initial_epoch < train_config.epochs:
+        if initial_epoch < train_config.epochs and not state.stopped_early:
             model.trainer.fit(
                 train_data,
                 validation_data=valid_data,
@@ -301,8 +366,9 @@ def _train(task: Task, config, run: RunDir) -> dict:
         if state.diverged_at is not None:
             raise PipelineError(
                 f"training diverged in epoch {state.diverged_at + 1} (loss is not "
-                f"finite); the last good state is kept in {run.backup}. Lower "
-                "train.learning_rate and rerun."
+                f"finite); the last good state is kept in {run.backup}. To retry "
+                "with a lower train.learning_rate, train in a new --run-dir (the "
+                "learning rate is part of this run's fingerprint)."
             )
         if chief and run.best_weights.exists():
             model.trainer.load_weights(str(run.best_weights))

@@ -21,15 +21,6 @@ from typing import Literal
 from pipelines.core import config as core_config
 from pipelines.core.config import DecodeConfig, RunConfig, TrainConfig
 
-ATTENTIONS = (
-    "bahdanau",
-    "luong_dot",
-    "luong_general",
-    "luong_concat",
-    "local_p",
-    "none",
-)
-ARCHITECTURES = ("rnn", "transformer")
 POSITIVE = {"range": (1, None)}
 FRACTION = {"range": (0.0, 1.0)}
 

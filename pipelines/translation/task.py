@@ -31,7 +31,6 @@ class Tokenizers(NamedTuple):
 class TranslationTask(Task):
     name = "translation"
     description = "machine translation: RNN with attention or Transformer"
-    config_class = translation_config.TranslationConfig
     default_preset = "dates"
     run_files = (
         SOURCE_TOKENIZER,
@@ -61,6 +60,8 @@ class TranslationTask(Task):
         )
         if run is not None and all(p.exists() for p in paths):
             return Tokenizers(*(load_tokenizer(p) for p in paths))
+        if data is None and run is None:
+            raise ValueError("preprocessors: give a run folder or data to learn from.")
         if data is None:
             raise PipelineError(
                 f"{run.root} has no {SOURCE_TOKENIZER}/{TARGET_TOKENIZER}: train a "

@@ -572,3 +572,24 @@ def test_multi_worker_matches_a_single_process(case, tmp_path):
     np.testing.assert_allclose(_final_loss(multi), _final_loss(single), rtol=1e-4)
     for a, b in zip(_weights(single), _weights(multi), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["mirrored", "workers"])
+def test_a_distributed_run_resumes_from_its_backup(case, tmp_path, mode):
+    """The optimizer's state is restored under the strategy that trains on."""
+    run = tmp_path / "run"
+    if mode == "mirrored":
+        env, flags = {"ATTENTION_PIPELINES_CPU_DEVICES": "2"}, []
+        flags += ["--set", "train.strategy=mirrored"]
+        replicas = "MirroredStrategy with 2 replica(s)"
+    else:
+        env, flags = {}, ["--workers", "2"]
+        replicas = "MultiWorkerMirroredStrategy with 2 replica(s)"
+    common = ["--config", "tiny", "--run-dir", run, "--set", "train.steps_per_epoch=2"]
+    cli(case.name, "train", *common, "--set", "train.epochs=1", *flags, env=env)
+    again = cli(case.name, "train", *common, "--set", "train.epochs=2", *flags, env=env)
+    assert replicas in again.stdout
+    assert "Resuming after epoch 1" in again.stdout
+    assert history_epochs(run) == [0, 1]
+    assert run_state(run)["optimizer_iterations"] == 4

@@ -72,6 +72,8 @@ def test_values_are_converted_to_their_field_type(override, value):
         ("section.units=true", "`section.units` must be an int, received True (bool)"),
         ("section.units=0", "`section.units` must be in [1, 64], received 0"),
         ("section.rate=fast", "`section.rate` must be a float, received 'fast'"),
+        ("section.rate=.nan", "`section.rate` must be a finite number, received nan"),
+        ("section.rate=-.inf", "`section.rate` must be a finite number"),
         ("section.kind=c", "`section.kind` must be one of ['a', 'b'], received 'c'"),
         ("section.flag=maybe", "`section.flag` must be true or false"),
         ("section.limit=x", "`section.limit` must be an int or null"),
@@ -175,6 +177,80 @@ def test_clear_removes_training_files_only(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "serving"]
 
 
+def test_killed_processes_temporaries_are_removed(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from pipelines.core.run_dir import partial_name, remove_stale_partials
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    names = {
+        "stale_file": f".history.csv.partial-{host}-{dead.pid}",
+        "stale_weights": f".best.weights.h5.partial-{host}-{dead.pid}.weights.h5",
+        "stale_folder": f".epoch-000002.partial-{host}-{dead.pid}",
+        "live": partial_name("run.json"),  # this process's
+        "other_host": f".run.json.partial-elsewhere-{dead.pid}",
+    }
+    for key, name in names.items():
+        if key == "stale_folder":
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "model.weights.h5").write_text("x")
+        else:
+            (tmp_path / name).write_text("x")
+    removed = remove_stale_partials(tmp_path)
+    assert sorted(removed) == sorted(
+        names[k] for k in ("stale_file", "stale_weights", "stale_folder")
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [names["live"], names["other_host"]]
+    )
+    assert remove_stale_partials(tmp_path / "missing") == []
+
+
+def test_run_guard_keeps_tasks_apart_and_names_what_is_done(tmp_path):
+    from pipelines import registry
+    from pipelines.core.run_dir import write_json
+    from pipelines.core.trainer import _nothing_to_do, check_run
+
+    task = registry.get("translation")
+    config = config_lib.preset(task.presets(), "tiny")
+    run = RunDir(tmp_path)
+    write_json(run.state_path, {"task": "locale", "fingerprint": "x"})
+    for overwrite in (False, True):
+        with pytest.raises(PipelineError, match="holds a locale run, not a transl"):
+            check_run(task, config, run, overwrite=overwrite)
+    assert run.state_path.exists()  # --overwrite removed nothing
+    run.state_path.write_text("{")
+    with pytest.raises(PipelineError, match="run.json is damaged.*--overwrite"):
+        check_run(task, config, run)
+    assert check_run(task, config, run, overwrite=True) is None
+    assert not run.state_path.exists()
+    message = _nothing_to_do(run, {"epochs": 3, "stopped_early": True})
+    assert "stopped early after 3 epochs" in message and "--overwrite" in message
+    assert "Raise train.epochs" in _nothing_to_do(run, {"epochs": 3})
+
+
+def test_best_weights_of_a_replayed_epoch_are_forgotten(tmp_path, capsys):
+    from pipelines.core.run_dir import sha256
+    from pipelines.core.trainer import RunState
+
+    run = RunDir(tmp_path)
+    run.checkpoints.mkdir()
+    run.best_weights.write_bytes(b"weights of epoch 2")
+    kept = {"best": 0.5, "best_epoch": 1, "best_sha256": sha256(run.best_weights)}
+    state = RunState(run, None, kept, patience=3)
+    state.forget_best_if_stale(kept)
+    assert run.best_weights.exists() and state.best == 0.5
+    stale = {**kept, "best_sha256": "0" * 64}  # saved before the newer best
+    state = RunState(run, None, stale, patience=3)
+    state.forget_best_if_stale(stale)
+    assert not run.best_weights.exists() and state.best == float("inf")
+    assert "from an epoch after the restored state" in capsys.readouterr().out
+
+
 # -- backups ---------------------------------------------------------------------------
 
 
@@ -215,6 +291,7 @@ def test_backups_restore_weights_optimizer_and_state(fitted, tmp_path):
         ("flip", "does not match its checksum"),
         ("state", "state.json is damaged"),
         ("no-state", "state.json is missing"),
+        ("no-files", "state.json lists no checksummed files"),
     ],
 )
 def test_a_damaged_generation_is_named_and_skipped(fitted, tmp_path, damage, message):
@@ -234,6 +311,8 @@ def test_a_damaged_generation_is_named_and_skipped(fitted, tmp_path, damage, mes
         weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     elif damage == "state":
         state.write_text(state.read_text()[:10])
+    elif damage == "no-files":
+        state.write_text('{"epoch": 2, "files": {"model.weights.h5": {}}}')
     else:
         state.unlink()
     assert store.restore(_fresh_model())["epoch"] == 1
@@ -395,8 +474,14 @@ def test_tasks_register_by_path_or_environment(monkeypatch):
     monkeypatch.delenv(registry.ENVIRONMENT)
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         registry.get("nope")
-    with pytest.raises(ValueError, match="task names are words"):
+    with pytest.raises(ValueError, match="a task name is a word"):
         registry.register("bad name", "x:y")
+    monkeypatch.setenv(registry.ENVIRONMENT, "my task=examples.locale_task:TASK")
+    with pytest.raises(ValueError, match="a task name is a word.*'my task'"):
+        registry.names()
+    monkeypatch.setenv(registry.ENVIRONMENT, "odd=examples.locale_task:PRESETS")
+    with pytest.raises(ValueError, match="'odd' is dict, not a pipelines.core.task"):
+        registry.get("odd")
 
 
 def test_tpu_strategy_is_built_from_an_address(monkeypatch):
@@ -484,3 +569,33 @@ def test_cli_errors_are_one_line():
     assert _without_workers(["t", "train", "--workers", "2", "--overwrite", "--x"]) == [
         "t", "train", "--x",
     ]  # fmt: skip
+
+
+def test_cli_flags_are_whole_words_and_counts_positive(monkeypatch, capsys):
+    from pipelines.cli import main, parse
+
+    for argv, message in (
+        (["translation", "train", "--work", "2"], "unrecognized arguments: --work"),
+        (["translation", "train", "--workers", "0"], "expected a positive integer"),
+        (["translation", "evaluate", "--run-dir", "r", "--limit", "-1"], "positive"),
+        (["translation", "export", "--run-dir", "r", "--base", "b", "--version", "x"],
+         "expected a positive integer, got 'x'"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit):
+            parse(argv)
+        assert message in capsys.readouterr().err
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {}}')
+    assert main(["translation", "train", "--config", "tiny", "--workers", "2"]) == 2
+    assert "cannot be given where TF_CONFIG is set" in capsys.readouterr().err
+    monkeypatch.delenv("TF_CONFIG")
+    monkeypatch.setenv("ATTENTION_PIPELINES_CPU_DEVICES", "two")
+    assert main(["translation", "train", "--config", "tiny"]) == 2
+    assert "must be a positive integer, received 'two'" in capsys.readouterr().err
+
+
+def test_next_version_passes_files_named_as_versions(tmp_path):
+    from pipelines.core.export import next_version
+
+    (tmp_path / "1").mkdir()
+    (tmp_path / "2").write_text("not a version, but a rename onto it would fail")
+    assert next_version(tmp_path) == 3
