@@ -5,7 +5,14 @@ import math
 import keras
 from keras import ops
 
-from attention_layers.base import ScoreAttention, apply_dense, linear, static_shape
+from attention_layers.base import (
+    ScoreAttention,
+    apply_dense,
+    check_positive_int,
+    fresh_initializer,
+    linear,
+    static_shape,
+)
 
 # Elements of the [B, chunk, Tv, units] tanh block evaluated at once; 4M float32
 # values = 16 MiB, small enough to stay in cache-friendly territory and to bound
@@ -27,7 +34,9 @@ def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
     its tanh instead of keeping every block alive, which cut the peak memory of
     a training step from 630 to 270 MiB (B=32, Tq=Tv=128, units=256, float32;
     Dense + ``AdditiveAttention``: 2.1 GiB) for about 1% more time
-    (``benchmarks/bench_bahdanau.py``).
+    (``benchmarks/bench_bahdanau.py``). Where the lengths are unknown at trace
+    time (TensorFlow with varying lengths) the blocks are planned when the
+    step runs instead (see ``_dynamic_blocks``).
 
     Args:
         query_proj: ``[B, Tq, U]``, the projected queries ``W1 q``.
@@ -61,10 +70,16 @@ def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
     budget = block_elements or DEFAULT_BLOCK_ELEMENTS
     b, tq, _ = static_shape(query_proj.shape)
     tv, units = static_shape(key_proj.shape)[2:]
-    if None in (tq, tv, units):
-        # Dynamic lengths (a traced serving signature): the block size cannot
-        # be planned at trace time, evaluate in one piece.
+    if tq == 1:  # one decoder step: one block is the least it needs
         return block(query_proj, key_proj, v)
+    if None in (tq, tv, units):
+        # Lengths unknown at trace time (TensorFlow: tf.data batches of
+        # varying length, a serving signature): blocks planned when the step
+        # runs. JAX's symbolic shapes (export) allow no shape computed from
+        # values: one piece there.
+        if keras.backend.backend() != "tensorflow":
+            return block(query_proj, key_proj, v)
+        return _dynamic_blocks(query_proj, key_proj[:, 0], v, budget)
     # A batch unknown at trace time (Keras retraces fit's step with a free batch
     # after a ragged last batch) is planned as ASSUMED_BATCH rows.
     per_row = (b or ASSUMED_BATCH) * tv * units
@@ -78,6 +93,87 @@ def additive_scores(query_proj, key_proj, v, bias=None, block_elements=None):
     remat_block = keras.remat(block)
     pieces = ops.split(query_proj, list(range(chunk, tq, chunk)), axis=1)
     return ops.concatenate([remat_block(q, key_proj, v) for q in pieces], axis=1)
+
+
+def _dynamic_blocks(query_proj, key_proj, v, budget):
+    """`additive_scores` for lengths known only when the step runs.
+
+    The number of query rows per block, ``budget // (B * Tv * U)``, is a
+    tensor here, so the blocks run in a loop, and the gradient is written
+    out (``custom_gradient``) rather than left to autodiff, which would keep
+    every block's tanh for the backward pass: with ``t = tanh(q_i + k_j)``
+    and ``g = ds * v * (1 - t^2)``, ``dq_i = sum_j g``, ``dk_j = sum_i g`` and
+    ``dv = sum ds * t``, each recomputed block by block. No more than one
+    block of ``[B, rows, Tv, U]`` values is alive, forward or backward.
+    """
+    batch, tq, units = ops.shape(query_proj)
+    tv = ops.shape(key_proj)[1]
+    per_row = ops.maximum(batch * tv * units, 1)
+    rows = ops.clip(budget // per_row, 1, ops.maximum(tq, 1))
+    n = (tq + rows - 1) // rows
+    dtype = query_proj.dtype
+    zero = ops.zeros((), "int32")
+
+    def split(x):  # [B, n * rows, U] -> [n, B, rows, U]
+        x = ops.pad(x, [[0, 0], [0, n * rows - tq], [0, 0]])
+        return ops.moveaxis(ops.reshape(x, (batch, n, rows, units)), 1, 0)
+
+    def tanh_block(qi, k):  # [B, rows, U], [B, Tv, U] -> [B, rows, Tv, U]
+        return ops.tanh(ops.expand_dims(qi, 2) + ops.expand_dims(k, 1))
+
+    @ops.custom_gradient
+    def scores(q, k, v):
+        blocks = split(q)
+
+        def forward(i, out):
+            t = tanh_block(ops.take(blocks, i, axis=0), k)
+            row = ops.expand_dims(linear(t, v), 0)
+            return ops.slice_update(out, [i, zero, zero, zero], row)
+
+        out = ops.fori_loop(0, n, forward, ops.zeros((n, batch, rows, tv), dtype))
+        result = ops.reshape(ops.moveaxis(out, 0, 1), (batch, n * rows, tv))[:, :tq]
+
+        def grad(*args, upstream=None):
+            ds = args[0] if upstream is None else upstream  # [B, Tq, Tv]
+            ds = ops.pad(ops.cast(ds, dtype), [[0, 0], [0, n * rows - tq], [0, 0]])
+            ds = ops.moveaxis(ops.reshape(ds, (batch, n, rows, tv)), 1, 0)
+
+            def backward(i, state):
+                # g = ds v (1 - t^2) is never formed: its sums over j (for
+                # dq) and over i (for dk) are v (sum ds - contraction of ds
+                # with t^2), two contractions instead of four elementwise
+                # passes over the block.
+                dq, dk, dv = state
+                t = tanh_block(ops.take(blocks, i, axis=0), k)
+                ds_i = ops.take(ds, i, axis=0)  # padded rows carry ds = 0
+                t2 = t * t
+                dq_i = v * (
+                    ops.expand_dims(ops.sum(ds_i, 2), -1)
+                    - ops.einsum("bqv,bqvu->bqu", ds_i, t2)
+                )
+                dq = ops.slice_update(
+                    dq, [i, zero, zero, zero], ops.expand_dims(dq_i, 0)
+                )
+                dk_i = v * (
+                    ops.expand_dims(ops.sum(ds_i, 1), -1)
+                    - ops.einsum("bqv,bqvu->bvu", ds_i, t2)
+                )
+                dk = dk + ops.cast(dk_i, "float32")
+                dv = dv + ops.cast(ops.einsum("bqv,bqvu->u", ds_i, t), "float32")
+                return dq, dk, dv
+
+            start = (
+                ops.zeros((n, batch, rows, units), dtype),
+                ops.zeros((batch, tv, units), "float32"),
+                ops.zeros((units,), "float32"),
+            )
+            dq, dk, dv = ops.fori_loop(0, n, backward, start)
+            dq = ops.reshape(ops.moveaxis(dq, 0, 1), (batch, n * rows, units))[:, :tq]
+            return dq, ops.cast(dk, k.dtype), ops.cast(dv, v.dtype)
+
+        return result, grad
+
+    return scores(query_proj, key_proj, v)
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -132,32 +228,34 @@ class BahdanauAttention(ScoreAttention):
         **kwargs,
     ):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        if not isinstance(units, int) or units <= 0:
-            raise self._error("units", "a positive integer", repr(units))
-        self.units = units
+        self.units = check_positive_int(self, "units", units)
         self.normalize = normalize
         self.block_elements = block_elements
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build_score(self, query_shape, key_shape):
+        # One initializer per weight: a shared one gives W1 == W2 when the
+        # query and key sizes match (see `fresh_initializer`).
         self.query_dense = keras.layers.Dense(
             self.units,
             use_bias=False,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=fresh_initializer(self.kernel_initializer, 0),
             dtype=self.dtype_policy,
             name="W1",
         )
         self.key_dense = keras.layers.Dense(
             self.units,
             use_bias=False,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=fresh_initializer(self.kernel_initializer, 1),
             dtype=self.dtype_policy,
             name="W2",
         )
         self.query_dense.build(query_shape)
         self.key_dense.build(key_shape)
         self.v = self.add_weight(
-            name="v", shape=(self.units,), initializer=self.kernel_initializer
+            name="v",
+            shape=(self.units,),
+            initializer=fresh_initializer(self.kernel_initializer, 2),
         )
         if self.normalize:
             self.g = self.add_weight(

@@ -8,6 +8,7 @@ else (validation, masks, dtype handling, dropout, single-step queries) lives
 here once.
 """
 
+import numbers
 from typing import NamedTuple
 
 import keras
@@ -66,6 +67,48 @@ def input_error(layer, argument, expected, received):
         f"{layer.__class__.__name__} (name={layer.name!r}): argument "
         f"`{argument}` expected {expected}; received {received}."
     )
+
+
+def check_positive_int(layer, argument, value, allow_none=False, meaning=""):
+    """``value`` if it is an integer >= 1 (a bool is not), else ``input_error``.
+
+    With ``allow_none``, None passes too (an optional size); ``meaning`` is
+    said after "a positive integer" in the error (e.g. "(the half-width D)").
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        expected = "a positive integer" + (" or None" if allow_none else "")
+        expected += f" {meaning}" if meaning else ""
+        raise input_error(layer, argument, expected, repr(value))
+    return int(value)
+
+
+def fresh_initializer(initializer, index=0):
+    """A copy of ``initializer`` for one more weight of a layer.
+
+    Keras 3 initializers give the same values on every call (an unseeded one
+    draws its seed once, when it is made), so one instance shared by two
+    weights of one shape makes them equal, and ``W1 == W2`` learn the same
+    thing. The copy, made from the initializer's config, draws a new seed; a
+    seeded one gets ``seed + index``, so a seeded layer is reproducible and its
+    weights still differ. Initializers without randomness are returned as is.
+
+    >>> import keras
+    >>> init = keras.initializers.get("glorot_uniform")
+    >>> a = fresh_initializer(init)((3, 3))
+    >>> b = fresh_initializer(init)((3, 3))
+    >>> bool(keras.ops.all(a == b))
+    False
+    """
+    initializer = keras.initializers.get(initializer)
+    config = initializer.get_config()
+    if "seed" not in config:  # not a random initializer
+        return initializer
+    seed = config["seed"]
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        config["seed"] = seed + index
+    return initializer.__class__.from_config(config)
 
 
 def check_float(layer, argument, x):

@@ -7,6 +7,8 @@ from attention_layers import masking
 from attention_layers.base import (
     ScoreAttention,
     check_mask_shape,
+    check_positive_int,
+    fresh_initializer,
     linear,
     static_shape,
 )
@@ -46,7 +48,9 @@ class LocalAttention(ScoreAttention):
       query, or the ``positions`` given to the call;
       ``a_t(s) = softmax(score(h_t, h_s))`` within the window.
     * ``mode="predictive"`` (local-p): ``p_t = S sigmoid(v_p^T tanh(W_p h_t))``
-      with ``S`` the real source length (from ``value_mask``), and
+      with ``S`` the real source length (from ``value_mask``), clipped to the
+      last position ``S - 1`` (positions count from 0, so ``S`` itself is one
+      past the end; a clipped ``p_t`` gets no gradient), and
       ``a_t(s) = softmax(score) exp(-(s - p_t)^2 / (2 sigma^2))``,
       ``sigma = D / 2``, not renormalised (as in the paper), so the weights sum
       to at most 1. Gradients reach ``W_p`` and ``v_p`` through the Gaussian.
@@ -117,10 +121,9 @@ class LocalAttention(ScoreAttention):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         if mode not in MODES:
             raise self._error("mode", f"one of {MODES}", repr(mode))
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise self._error(
-                "window", "an integer >= 1 (the half-width D)", repr(window)
-            )
+        window = check_positive_int(
+            self, "window", window, meaning="(the half-width D)"
+        )
         if score_mode == "location":
             raise self._error(
                 "score_mode",
@@ -129,14 +132,10 @@ class LocalAttention(ScoreAttention):
             )
         if score_mode not in SCORE_MODES:
             raise self._error("score_mode", f"one of {SCORE_MODES}", repr(score_mode))
-        if units is not None and (
-            isinstance(units, bool) or not isinstance(units, int) or units <= 0
-        ):
-            raise self._error("units", "a positive integer or None", repr(units))
         self.mode = mode
         self.window = window
         self.score_mode = score_mode
-        self.units = units
+        self.units = check_positive_int(self, "units", units, allow_none=True)
         self.scale = scale
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
@@ -145,11 +144,13 @@ class LocalAttention(ScoreAttention):
         if self.score_mode == "dot":
             self.check_equal_dims(query_shape, key_shape, ' for score_mode="dot"')
 
-    def _weight(self, name, shape, autocast=True):
+    def _weight(self, name, shape, index, autocast=True):
+        # One initializer per weight: a shared one gives W_p == W_a (general
+        # score) and v_a == v_p (concat) at equal shapes.
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=self.kernel_initializer,
+            initializer=fresh_initializer(self.kernel_initializer, index),
             autocast=autocast,
         )
 
@@ -162,18 +163,18 @@ class LocalAttention(ScoreAttention):
             self.W_a = keras.layers.Dense(
                 dq,
                 use_bias=False,
-                kernel_initializer=self.kernel_initializer,
+                kernel_initializer=fresh_initializer(self.kernel_initializer, 0),
                 dtype=self.dtype_policy,
                 name="W_a",
             )
             self.W_a.build(key_shape)
         elif self.score_mode == "concat":
-            self.W_a = self._weight("W_a", (dq + dk, units))
-            self.v_a = self._weight("v_a", (units,))
+            self.W_a = self._weight("W_a", (dq + dk, units), 0)
+            self.v_a = self._weight("v_a", (units,), 1)
         if self.mode == "predictive":
             # Read in float32 under every policy (see alignment_positions).
-            self.W_p = self._weight("W_p", (dq, units), autocast=False)
-            self.v_p = self._weight("v_p", (units,), autocast=False)
+            self.W_p = self._weight("W_p", (dq, units), 2, autocast=False)
+            self.v_p = self._weight("v_p", (units,), 3, autocast=False)
         if self.scale:
             self.g = self.add_weight(name="g", shape=(), initializer="ones")
 
@@ -200,7 +201,8 @@ class LocalAttention(ScoreAttention):
                     ops.cast(masking.as_bool(inputs.value_mask), "float32"), axis=1
                 )
                 length = ops.expand_dims(length, 1)
-            return length * ops.sigmoid(logit)
+            last = ops.maximum(length - 1.0, 0.0)  # 0-based: S is past the end
+            return ops.minimum(length * ops.sigmoid(logit), last)
         if positions is None:
             if inputs.single_step:
                 raise self._error(

@@ -4,7 +4,12 @@ import keras
 from keras import ops
 
 from attention_layers.additive import additive_scores
-from attention_layers.base import ScoreAttention, apply_dense, linear
+from attention_layers.base import (
+    ScoreAttention,
+    apply_dense,
+    check_positive_int,
+    linear,
+)
 
 SCORE_MODES = ("dot", "general", "concat", "location")
 
@@ -65,18 +70,15 @@ class LuongAttention(ScoreAttention):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         if score_mode not in SCORE_MODES:
             raise self._error("score_mode", f"one of {SCORE_MODES}", repr(score_mode))
-        if score_mode == "location" and (
-            not isinstance(max_value_length, int) or max_value_length <= 0
-        ):
-            raise self._error(
+        if score_mode == "location":
+            check_positive_int(
+                self,
                 "max_value_length",
-                'a positive integer with score_mode="location"',
-                repr(max_value_length),
+                max_value_length,
+                meaning='with score_mode="location"',
             )
-        if units is not None and (not isinstance(units, int) or units <= 0):
-            raise self._error("units", "a positive integer or None", repr(units))
         self.score_mode = score_mode
-        self.units = units
+        self.units = check_positive_int(self, "units", units, allow_none=True)
         self.max_value_length = max_value_length
         self.scale = scale
         self.kernel_initializer = keras.initializers.get(kernel_initializer)

@@ -15,12 +15,18 @@ the output projection's bias), and NaN or inf under padding never leaks.
 """
 
 import math
+import numbers
 
 import keras
 from keras import ops
 
 from attention_layers import masking
-from attention_layers.base import check_float, check_mask_shape, input_error
+from attention_layers.base import (
+    check_float,
+    check_mask_shape,
+    check_positive_int,
+    input_error,
+)
 from attention_layers.base import static_shape as _static
 from attention_layers.tiled import Masks, combine, length, tiled_attention
 
@@ -130,7 +136,9 @@ class MultiHeadAttention(keras.layers.Layer):
         cache: ``[B, 2, S, H, key_dim]`` keys and values, or ``None``.
         cache_update_index: where the new tokens go in a self-attention
             cache (Python int or scalar int tensor); ``None`` for a
-            cross-attention cache.
+            cross-attention cache. ``index + Tq`` must not pass the cache
+            length ``S``: a Python int past it is refused, a tensor one is
+            clamped by the update (which then overwrites the last slots).
 
     Returns:
         ``output`` ``[B, Tq, d_out]``; with ``return_attention_scores=True``
@@ -174,30 +182,28 @@ class MultiHeadAttention(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.supports_masking = True
-        for name, v in (("num_heads", num_heads), ("key_dim", key_dim)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise self._error(name, "a positive integer", repr(v))
-        if value_dim is not None and (not isinstance(value_dim, int) or value_dim < 1):
-            raise self._error(
-                "value_dim", "a positive integer or None", repr(value_dim)
-            )
+        num_heads = check_positive_int(self, "num_heads", num_heads)
+        key_dim = check_positive_int(self, "key_dim", key_dim)
+        value_dim = check_positive_int(self, "value_dim", value_dim, allow_none=True)
         if not 0.0 <= float(dropout) < 1.0:
             raise self._error("dropout", "a float in [0, 1)", repr(dropout))
         if implementation not in IMPLEMENTATIONS:
             raise self._error(
                 "implementation", f"one of {IMPLEMENTATIONS}", repr(implementation)
             )
-        for name, v in (("tile_threshold", tile_threshold), ("block_size", block_size)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise self._error(name, "a positive integer", repr(v))
+        tile_threshold = check_positive_int(self, "tile_threshold", tile_threshold)
+        block_size = check_positive_int(self, "block_size", block_size)
         if output_shape is not None:
             dims = (output_shape,) if isinstance(output_shape, int) else output_shape
-            if not all(isinstance(d, int) and d > 0 for d in dims):
+            try:
+                for d in dims:
+                    check_positive_int(self, "output_shape", d)
+            except (TypeError, ValueError):
                 raise self._error(
                     "output_shape",
-                    "a positive int or tuple of them",
+                    "a positive integer or a tuple of them",
                     repr(output_shape),
-                )
+                ) from None
             output_shape = output_shape if isinstance(output_shape, int) else list(dims)
         if implementation == "fused" and value_dim not in (None, key_dim):
             # keras.ops.dot_product_attention on JAX needs one head size.
@@ -221,6 +227,26 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _error(self, argument, expected, received):
         return input_error(self, argument, expected, received)
+
+    def _check_cache_index(self, cache, value, index):
+        """The new tokens must fit: ``0 <= index`` and ``index + Tq <= S``.
+
+        Checked when the index and the sizes are static; a tensor index past
+        the end is clamped by the update (it overwrites the last slots), so
+        a caller with a traced index must keep it in range.
+        """
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            return
+        size, steps = _static(cache.shape)[2], _static(value.shape)[1]
+        if index < 0 or (None not in (size, steps) and index + steps > size):
+            if None in (size, steps):
+                expected = "an index >= 0"
+            else:
+                expected = (
+                    f"an index in [0, {size - steps}] (the cache holds {size} "
+                    f"positions and {steps} new token(s) are written from it)"
+                )
+            raise self._error("cache_update_index", expected, repr(index))
 
     # -- build -------------------------------------------------------------
     def _projection(self, name, input_shape, inner):
@@ -420,6 +446,7 @@ class MultiHeadAttention(keras.layers.Layer):
             k, v = cache[:, 0], cache[:, 1]
             new_cache = cache
         else:
+            self._check_cache_index(cache, value, cache_update_index)
             index = ops.convert_to_tensor(cache_update_index, "int32")
             steps = length(value)
             new_mask = None

@@ -7,6 +7,7 @@ from attention_layers import masking
 from attention_layers.base import (
     check_float,
     check_mask_shape,
+    check_positive_int,
     input_error,
     static_shape,
 )
@@ -63,8 +64,7 @@ class AttentionPooling(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if units is not None and (not isinstance(units, int) or units <= 0):
-            raise input_error(self, "units", "a positive integer or None", repr(units))
+        units = check_positive_int(self, "units", units, allow_none=True)
         if not 0.0 <= float(dropout) < 1.0:
             raise input_error(self, "dropout", "a float in [0, 1)", repr(dropout))
         self.units = units

@@ -10,7 +10,12 @@ import keras
 import numpy as np
 from keras import ops
 
-from attention_layers.base import check_float, input_error, static_shape
+from attention_layers.base import (
+    check_float,
+    check_positive_int,
+    input_error,
+    static_shape,
+)
 
 
 def _check_inputs(layer, inputs, ranks):
@@ -204,15 +209,9 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        if (
-            isinstance(sequence_length, bool)
-            or not isinstance(sequence_length, int)
-            or sequence_length < 1
-        ):
-            raise input_error(
-                self, "sequence_length", "a positive int", repr(sequence_length)
-            )
-        self.sequence_length = sequence_length
+        self.sequence_length = check_positive_int(
+            self, "sequence_length", sequence_length
+        )
         self.initializer = keras.initializers.get(initializer)
         self.supports_masking = True
 

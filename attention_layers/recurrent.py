@@ -7,6 +7,7 @@ from attention_layers import masking
 from attention_layers.base import (
     check_float,
     check_mask_shape,
+    check_positive_int,
     input_error,
     static_shape,
 )
@@ -40,7 +41,9 @@ class AttentionRNNCell(keras.layers.Layer):
             the concatenation ``[z_i; c_i]``.
         input_feeding: feed ``o_{i-1}`` to the cell with the next input
             (Luong et al. 2015), so the cell knows what it attended to.
-        **kwargs: base layer arguments.
+        **kwargs: base layer arguments. A ``dtype`` policy given here is
+            passed on to ``cell`` and ``attention`` unless they were given one
+            of their own.
 
     Call arguments:
         inputs: ``[B, E]``, the step input.
@@ -83,20 +86,38 @@ class AttentionRNNCell(keras.layers.Layer):
             raise input_error(
                 self, "cell", "a Keras RNN cell with a `state_size`", repr(cell)
             )
-        if output_units is not None and (
-            not isinstance(output_units, int) or output_units <= 0
-        ):
+        if not isinstance(attention, keras.layers.Layer):
             raise input_error(
-                self, "output_units", "a positive integer or None", repr(output_units)
+                self,
+                "attention",
+                "an attention layer instance, e.g. BahdanauAttention(units=64)",
+                repr(attention),
             )
+        output_units = check_positive_int(
+            self, "output_units", output_units, allow_none=True
+        )
         self.cell = cell
         self.attention = attention
         self.output_units = output_units
         self.input_feeding = input_feeding
         self._value_dim = None
+        if kwargs.get("dtype") is not None:
+            self.share_dtype_policy()
         # A step input may carry the padding mask of an Embedding(mask_zero=True);
         # it has no time axis here, so the cell accepts it and returns none.
         self.supports_masking = True
+
+    def share_dtype_policy(self):
+        """Give the wrapped cell and attention this cell's dtype policy.
+
+        A layer made without ``dtype`` takes the global policy; so one passed
+        to ``AttentionRNNCell(..., dtype=policy)`` gets ``policy`` too. A layer
+        whose policy was set to something else on purpose keeps it, and so
+        does a built one (its weights exist).
+        """
+        for layer in (self.cell, self.attention):
+            if not layer.built and _default_policy(layer):
+                layer.dtype_policy = self.dtype_policy
 
     @property
     def units(self):
@@ -199,6 +220,12 @@ class AttentionRNNCell(keras.layers.Layer):
         }
 
 
+def _default_policy(layer):
+    """Whether ``layer`` was made without a ``dtype``: Keras then gives it the
+    global policy object itself, while ``dtype="float32"`` makes a new one."""
+    return layer.dtype_policy is keras.config.dtype_policy()
+
+
 @keras.saving.register_keras_serializable(package="attention_layers")
 class AttentionDecoder(keras.layers.Layer):
     """Runs an `AttentionRNNCell` over a target sequence (teacher forcing).
@@ -212,7 +239,9 @@ class AttentionDecoder(keras.layers.Layer):
         cell: an `AttentionRNNCell`.
         learn_initial_state: learn the initial cell state instead of zeros
             (used when no ``initial_state`` is passed).
-        **kwargs: base layer arguments.
+        **kwargs: base layer arguments. A ``dtype`` policy given here is
+            passed on to the cell, its RNN cell and its attention, unless
+            they were given one of their own.
 
     Call arguments:
         query: ``[B, T, E]``, the embedded target inputs (shifted right).
@@ -249,6 +278,11 @@ class AttentionDecoder(keras.layers.Layer):
             cell = keras.saving.deserialize_keras_object(cell)
         if not isinstance(cell, AttentionRNNCell):
             raise input_error(self, "cell", "an AttentionRNNCell", repr(cell))
+        if kwargs.get("dtype") is not None and not cell.built:
+            # As AttentionRNNCell does for its cell and attention.
+            if _default_policy(cell):
+                cell.dtype_policy = self.dtype_policy
+            cell.share_dtype_policy()
         self.cell = cell
         self.learn_initial_state = learn_initial_state
         self.supports_masking = True

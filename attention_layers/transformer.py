@@ -11,7 +11,12 @@ import keras
 from keras import ops
 
 from attention_layers import masking
-from attention_layers.base import check_float, check_mask_shape, static_shape
+from attention_layers.base import (
+    check_float,
+    check_mask_shape,
+    check_positive_int,
+    static_shape,
+)
 from attention_layers.base import input_error as _input_error
 from attention_layers.multi_head import MultiHeadAttention
 
@@ -42,16 +47,11 @@ class _Block(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, v in (
-            ("num_heads", num_heads),
-            ("intermediate_dim", intermediate_dim),
-        ):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise _input_error(self, name, "a positive int", repr(v))
-        if key_dim is not None and (
-            not isinstance(key_dim, int) or isinstance(key_dim, bool) or key_dim < 1
-        ):
-            raise _input_error(self, "key_dim", "a positive int or None", repr(key_dim))
+        num_heads = check_positive_int(self, "num_heads", num_heads)
+        intermediate_dim = check_positive_int(
+            self, "intermediate_dim", intermediate_dim
+        )
+        key_dim = check_positive_int(self, "key_dim", key_dim, allow_none=True)
         if not 0.0 <= float(dropout) < 1.0:
             raise _input_error(self, "dropout", "a float in [0, 1)", repr(dropout))
         self.num_heads = num_heads

@@ -38,6 +38,11 @@ from benchmarks import paired  # noqa: E402
 B, TQ, TV, D, UNITS = 32, 128, 128, 256, 256
 IMPLS = ("ours", "peer")
 MODES = ("fwd", "fwd+bwd")
+# Memory only: Model.fit on tf.data batches whose lengths vary (96, 112, 128
+# steps, B=32), so the train step is traced with lengths unknown, as under a
+# pipeline's length bucketing.
+FIT = "fit, varying lengths"
+MEMORY_MODES = (*MODES, FIT)
 
 
 def flops(mode):
@@ -171,8 +176,37 @@ def speed(pairs, reps, warmup, block_elements=None):
 
 
 # -- memory --------------------------------------------------------------------
+def fit_worker(impl, calls, block_elements=None):
+    """Child process: peak RSS growth of ``calls`` steps of ``Model.fit``."""
+    import keras
+    import tensorflow as tf
+
+    call, _ = build(impl, block_elements)
+    query_in, value_in = keras.Input((None, D)), keras.Input((None, D))
+    model = keras.Model([query_in, value_in], call(query_in, value_in))
+    model.compile(optimizer="adam", loss=lambda _, context: keras.ops.mean(context**2))
+    spec = tf.TensorSpec((B, None, D), tf.float32)
+
+    def batches():
+        for step in range(10**6):
+            tq, tv = (96, 112, 128)[step % 3], (128, 96, 112)[step % 3]
+            query = tf.random.normal((B, tq, D), seed=step)
+            yield (query, tf.random.normal((B, tv, D), seed=step + 1)), 0.0
+
+    data = tf.data.Dataset.from_generator(
+        batches, output_signature=((spec, spec), tf.TensorSpec((), tf.float32))
+    )
+    model.fit(data, steps_per_epoch=3, verbose=0)  # traced before the baseline
+    result = paired.measure_peak(
+        lambda: model.fit(data, steps_per_epoch=3, verbose=0), calls
+    )
+    paired.emit({"impl": impl, "mode": FIT, **result})
+
+
 def worker(impl, mode, calls, block_elements=None):
     """Child process: build, then the peak RSS growth of ``calls`` passes."""
+    if mode == FIT:
+        return fit_worker(impl, calls, block_elements)
     query, value = inputs()
     fn = compiled(*build(impl, block_elements), mode)
     # Trace (and build the graph) before the baseline: the trace is not a pass.
@@ -183,7 +217,7 @@ def worker(impl, mode, calls, block_elements=None):
 
 def memory(calls, block_elements=None):
     results = {}
-    for mode in MODES:
+    for mode in MEMORY_MODES:
         for impl in IMPLS:
             args = ["--worker", impl, mode, "--calls", str(calls)]
             if block_elements:
@@ -285,7 +319,7 @@ def report(command, env, diff, spd, mem):
             "",
         ]
         rows = []
-        for mode in MODES:
+        for mode in (m for m in MEMORY_MODES if f"ours {m}" in mem):
             o, p = mem[f"ours {mode}"], mem[f"peer {mode}"]
             rows.append(
                 [

@@ -129,6 +129,24 @@ def copy_weights(src, dst):
     dst.set_weights(src.get_weights())
 
 
+def check_distinct_initial_weights(case):
+    """No two randomly initialised weights of a built layer are equal.
+
+    Keras 3 initializers give the same values on every call, so a layer that
+    hands one instance to two weights of a shape starts them equal. Weights
+    that are constant by design (zeros, ones) are not compared.
+    """
+    layer = built(case)
+    random = [
+        (v.path, np.asarray(keras.ops.convert_to_numpy(v.value))) for v in layer.weights
+    ]
+    random = [(p, w) for p, w in random if w.size > 1 and np.ptp(w) > 0]
+    for i, (path_a, a) in enumerate(random):
+        for path_b, b in random[i + 1 :]:
+            if a.shape == b.shape:
+                assert not np.array_equal(a, b), f"{path_a} == {path_b} after build"
+
+
 # -- 1. config round trip ----------------------------------------------------
 def check_config(case):
     layer = built(case)

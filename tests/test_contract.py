@@ -65,6 +65,11 @@ def test_saved_model_without_library(case, served_without_library):
 
 
 @every
+def test_initial_weights_are_distinct(case):
+    contract.check_distinct_initial_weights(case)
+
+
+@every
 def test_implicit_mask_equals_explicit(case):
     contract.check_implicit_mask(case)
 

@@ -67,6 +67,44 @@ def test_bahdanau_formula():
     np.testing.assert_allclose(run(blocked)[1], run(layer)[1], rtol=1e-6)
 
 
+@pytest.mark.tf_only
+@pytest.mark.parametrize("budget", [1, 2 * 5 * 3 * 2, 10**9])  # 1, 2, all rows
+def test_bahdanau_blocks_at_lengths_unknown_when_traced(budget):
+    """Lengths unknown at trace time (a tf.data pipeline of varying lengths):
+    the blocks are planned when the step runs, and their written-out gradient
+    equals autodiff of the formula, bias included."""
+    import tensorflow as tf
+
+    q = RNG.normal(size=(2, 7, 3)).astype("float32")  # 7 rows: a ragged last block
+    k = RNG.normal(size=(2, 5, 3)).astype("float32")
+    v, b = RNG.normal(size=(2, 3)).astype("float32")
+    upstream = RNG.normal(size=(2, 7, 5)).astype("float32")
+    spec = [tf.TensorSpec((None, None, 3)), tf.TensorSpec((None, None, 3))]
+    spec += [tf.TensorSpec((3,))] * 2
+
+    def gradients(scores):
+        @tf.function(input_signature=spec)
+        def step(q, k, v, b):
+            with tf.GradientTape() as tape:
+                tape.watch([q, k, v, b])
+                s = scores(q, k, v, b)
+                loss = tf.reduce_sum(s * upstream)
+            return s, tape.gradient(loss, [q, k, v, b])
+
+        return step(q, k, v, b)
+
+    def formula(q, k, v, b):
+        return tf.einsum("bqvu,u->bqv", tf.tanh(q[:, :, None] + k[:, None] + b), v)
+
+    got, got_grads = gradients(
+        lambda q, k, v, b: al.additive_scores(q, k, v, bias=b, block_elements=budget)
+    )
+    want, want_grads = gradients(formula)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for name, a, w in zip("qkvb", got_grads, want_grads, strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 def test_bahdanau_normalized_formula():
     layer = al.BahdanauAttention(units=3, normalize=True)
     run(layer)

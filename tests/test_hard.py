@@ -378,7 +378,9 @@ def test_reinforce_learns_to_pick_the_marked_position():
     train, infer = marker_models(seed=0)
     picked, _ = marker_accuracy(infer, x_test, y_test, position_test)
     assert picked < 0.5  # the untrained layer does not already know
-    history = train.fit({"seq": x, "label": y}, batch_size=64, epochs=4, verbose=0)
+    # 192 steps. Seeds 0 to 3 on TensorFlow and JAX all pick the marker every
+    # time after 5 epochs; after 4, from 0.32 to 1.0.
+    history = train.fit({"seq": x, "label": y}, batch_size=64, epochs=6, verbose=0)
     picked, accuracy = marker_accuracy(infer, x_test, y_test, position_test)
     # Chance is 1/T = 0.125 for the pick.
     assert picked >= 0.9 and accuracy >= 0.9, (picked, accuracy, history.history)
@@ -397,7 +399,10 @@ def test_reinforce_learns_across_seeds(seed, variant):
         learned_baseline=variant != "moving",
         entropy_weight=0.01 if variant != "moving" else 0.0,
     )
-    train.fit({"seq": x, "label": y}, batch_size=64, epochs=8, verbose=0)
+    # 1024 steps. Seeds 0 and 1 pick the marker every time after one epoch;
+    # seed 2 stays near 0.9 for a while and reaches 1.0 in epoch 10 (moving
+    # average) or 14 (learned baseline + entropy).
+    train.fit({"seq": x, "label": y}, batch_size=64, epochs=16, verbose=0)
     picked, accuracy = marker_accuracy(infer, x_test, y_test, position_test)
     assert picked >= 0.95 and accuracy >= 0.95, (picked, accuracy)
 

@@ -60,8 +60,9 @@ def local_reference(scores, p, window, mask=None, gaussian=False):
 
 
 def predicted_positions(query, w_p, v_p, length):
-    """p_t = S sigmoid(v_p^T tanh(W_p h_t))."""
-    return length[:, None] / (1 + np.exp(-(np.tanh(query @ w_p) @ v_p)))
+    """p_t = S sigmoid(v_p^T tanh(W_p h_t)), at most the last index S - 1."""
+    p = length[:, None] / (1 + np.exp(-(np.tanh(query @ w_p) @ v_p)))
+    return np.minimum(p, length[:, None] - 1)
 
 
 def set_predictive(layer, w_p, v_p):
@@ -115,13 +116,27 @@ def test_local_p_formula(score_mode):
     # p_t = S sigmoid(v_p^T tanh(W_p h_t)) with S the real length (9 and 6)
     want_p = predicted_positions(Q, w_p, v_p, VALUE_MASK.sum(1).astype("float64"))
     np.testing.assert_allclose(p, want_p, rtol=1e-5)
-    assert (p[1] <= 6).all()
+    assert (p[1] <= 5).all()
     mask = np.broadcast_to(VALUE_MASK[:, None], (B, TQ, TV))
     want = local_reference(scores, p.astype("float64"), 2, mask, gaussian=True)
     np.testing.assert_allclose(weights, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(context, want @ V, rtol=1e-5, atol=1e-5)
     # Not renormalised after the Gaussian, as in the paper.
     assert (weights.sum(-1) < 1).all()
+
+
+def test_local_p_stays_inside_the_source():
+    """A saturated sigmoid would put p_t at S, one past the last index: it is
+    clipped to S - 1, and that position keeps its weight."""
+    layer = al.LocalAttention("predictive", window=2, score_mode="dot", units=3)
+    run(layer)
+    set_predictive(layer, np.ones((DQ, 3), "float32"), np.full(3, 50.0, "float32"))
+    query = np.abs(Q) + 1.0  # tanh(W_p h_t) near 1: the sigmoid saturates at 1
+    _, weights, p = run(layer, query=query, value_mask=VALUE_MASK)
+    np.testing.assert_array_equal(p, np.broadcast_to([[8.0], [5.0]], (B, TQ)))
+    last = VALUE_MASK.sum(1) - 1
+    for i in range(B):
+        assert (weights[i, :, last[i]] > 0).all()
 
 
 def test_every_mask_source_is_gathered_in_the_window():

@@ -7,6 +7,7 @@ from attention_layers.decoding.common import (
     NEG_INF,
     as_ids,
     check_positive_int,
+    check_state,
     while_not_done,
     write_step,
 )
@@ -186,6 +187,9 @@ def beam_search(
     start_ids = as_ids(fn_name, start_ids)
     end_id = ops.cast(end_id, "int32")
     batch = ops.shape(start_ids)[0]
+    static_batch = start_ids.shape[0]
+    rows = static_batch * k if isinstance(static_batch, int) else None
+    check_state(fn_name, initial_state, max_length, rows)
     # Flat index of the first beam of each batch entry, [B, 1].
     offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
 

@@ -106,6 +106,41 @@ def check_positive_int(fn_name, arg_name, value):
         )
 
 
+def check_state(fn_name, state, max_length, rows=None):
+    """Refuse, where the shapes are static, a state the loop would misread.
+
+    * ``rows`` (beam search): every tensor of the state must have this
+      leading size, ``B * beam_width`` (a state tiled with `tile_beams`);
+    * the self-attention caches of `transformer_initial_state` must hold
+      ``max_length`` positions (one per step; a prompt already in the cache
+      needs that many more, which only the caller knows).
+
+    Unknown sizes pass: then keep to these rules yourself.
+    """
+    for leaf in keras.tree.flatten(state):
+        shape = getattr(leaf, "shape", None)
+        if rows is None or not shape:
+            continue
+        first = shape[0]
+        if isinstance(first, int) and first != rows:
+            raise ValueError(
+                f"{fn_name}: every tensor of `initial_state` must have "
+                f"{rows} rows (batch x beam_width: tile it with "
+                f"tile_beams(state, beam_width)), received one of shape "
+                f"{tuple(shape)}."
+            )
+    caches = state.get("self_attention_cache") if isinstance(state, dict) else None
+    for cache in caches or ():
+        size = getattr(cache, "shape", (None,) * 3)[2]
+        if isinstance(size, int) and size < max_length:
+            raise ValueError(
+                f"{fn_name}: the state's self-attention caches hold {size} "
+                f"positions, fewer than max_length={max_length} steps write; "
+                f"make the state with transformer_initial_state(..., "
+                f"max_length={max_length}) or more."
+            )
+
+
 def as_ids(fn_name, start_ids):
     start_ids = ops.convert_to_tensor(start_ids)
     if len(start_ids.shape) != 1:

@@ -5,6 +5,7 @@ from keras import ops
 from attention_layers.decoding.common import (
     as_ids,
     check_positive_int,
+    check_state,
     while_not_done,
     write_step,
 )
@@ -24,6 +25,7 @@ def pick_loop(
     start_ids = as_ids(fn_name, start_ids)
     end_id = ops.cast(end_id, "int32")
     batch = ops.shape(start_ids)[0]
+    check_state(fn_name, initial_state, max_length)
 
     def update(t, logits, state, alignment, carry):
         finished = carry["finished"]
