@@ -102,12 +102,12 @@ class AttentionRNNCell(keras.layers.Layer):
         self.input_feeding = input_feeding
         self._value_dim = None
         if kwargs.get("dtype") is not None:
-            self.share_dtype_policy()
+            self._share_dtype_policy()
         # A step input may carry the padding mask of an Embedding(mask_zero=True);
         # it has no time axis here, so the cell accepts it and returns none.
         self.supports_masking = True
 
-    def share_dtype_policy(self):
+    def _share_dtype_policy(self):
         """Give the wrapped cell and attention this cell's dtype policy.
 
         A layer made without ``dtype`` takes the global policy; so one passed
@@ -282,7 +282,7 @@ class AttentionDecoder(keras.layers.Layer):
             # As AttentionRNNCell does for its cell and attention.
             if _default_policy(cell):
                 cell.dtype_policy = self.dtype_policy
-            cell.share_dtype_policy()
+            cell._share_dtype_policy()
         self.cell = cell
         self.learn_initial_state = learn_initial_state
         self.supports_masking = True

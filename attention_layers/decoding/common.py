@@ -117,9 +117,9 @@ def check_state(fn_name, state, max_length, rows=None):
 
     Unknown sizes pass: then keep to these rules yourself.
     """
-    for leaf in keras.tree.flatten(state):
+    for leaf in keras.tree.flatten(state) if rows is not None else ():
         shape = getattr(leaf, "shape", None)
-        if rows is None or not shape:
+        if not shape:
             continue
         first = shape[0]
         if isinstance(first, int) and first != rows:
