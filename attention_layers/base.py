@@ -9,6 +9,7 @@ here once.
 """
 
 import numbers
+import warnings
 from typing import NamedTuple
 
 import keras
@@ -84,6 +85,20 @@ def check_positive_int(layer, argument, value, allow_none=False, meaning=""):
     return int(value)
 
 
+def renamed_argument(layer, kwargs, old, new, value):
+    """``kwargs.pop(old)`` with a ``DeprecationWarning`` if the caller used the
+    former name ``old`` of the argument ``new`` (else ``value``); for use in
+    ``__init__`` before ``super().__init__(**kwargs)``."""
+    if old not in kwargs:
+        return value
+    warnings.warn(
+        f"{type(layer).__name__}({old}=...) is deprecated: use `{new}`.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return kwargs.pop(old)
+
+
 def fresh_initializer(initializer, index=0):
     """A copy of ``initializer`` for one more weight of a layer.
 
@@ -149,7 +164,10 @@ class ScoreAttention(keras.layers.Layer):
     """Base class of attention layers defined by a score function.
 
     Subclass it and implement ``build_score(query_shape, key_shape)`` (create
-    weights) and ``score(query, key)`` (return ``[B, Tq, Tv]`` scores). The call
+    weights) and ``score(query, key)`` (return ``[B, Tq, Tv]`` scores), and
+    optionally ``check_score_shapes(query_shape, key_shape)``; these three are
+    the subclass API (docs/contract.md has a complete example). The steps of
+    ``call`` (``_prepare_inputs``, ``_attend``, ``_finish``) are internal. The call
     signature follows ``keras.layers.MultiHeadAttention``, so Keras fills
     ``query_mask`` and ``value_mask`` from an ``Embedding(mask_zero=True)``.
 
@@ -196,7 +214,7 @@ class ScoreAttention(keras.layers.Layer):
     def check_score_shapes(self, query_shape, key_shape):
         """Raise a ``ValueError`` if the score function cannot take these shapes."""
 
-    def check_equal_dims(self, query_shape, key_shape, why=""):
+    def _check_equal_dims(self, query_shape, key_shape, why=""):
         """For dot-product scores: the key's last dimension must be the query's."""
         dq, dk = query_shape[-1], key_shape[-1]
         if None not in (dq, dk) and dq != dk:
@@ -282,13 +300,13 @@ class ScoreAttention(keras.layers.Layer):
         training=None,
         use_causal_mask=False,
     ):
-        inputs = self.prepare_inputs(
+        inputs = self._prepare_inputs(
             query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
         )
-        context, weights = self.attend(inputs, training=training)
-        return self.finish(inputs, context, weights, return_attention_scores)
+        context, weights = self._attend(inputs, training=training)
+        return self._finish(inputs, context, weights, return_attention_scores)
 
-    def prepare_inputs(
+    def _prepare_inputs(
         self, query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
     ):
         """Validate, lift a rank-2 query to one step, scrub padding, merge masks.
@@ -338,7 +356,7 @@ class ScoreAttention(keras.layers.Layer):
         )
         return AttentionInputs(query, value, key, mask, value_mask, single_step)
 
-    def attend(self, inputs, training=None):
+    def _attend(self, inputs, training=None):
         """Return ``(context [B, Tq, Dv], weights [B, Tq, Tv])`` in the compute dtype.
 
         The default is the global soft attention of every score function;
@@ -348,15 +366,15 @@ class ScoreAttention(keras.layers.Layer):
             self.score(inputs.query, inputs.key), inputs.mask
         )
         weights = ops.cast(weights, self.compute_dtype)
-        return self.weighted_sum(weights, inputs.value, training), weights
+        return self._weighted_sum(weights, inputs.value, training), weights
 
-    def weighted_sum(self, weights, value, training=None):
+    def _weighted_sum(self, weights, value, training=None):
         """``dropout(weights) @ value``."""
         if self.dropout:
             weights = self._dropout_layer(weights, training=training)
         return ops.matmul(weights, ops.cast(value, self.compute_dtype))
 
-    def finish(self, inputs, context, weights, return_attention_scores):
+    def _finish(self, inputs, context, weights, return_attention_scores):
         """Drop the step axis of a rank-2 query and pick the outputs."""
         if inputs.single_step:
             context = ops.squeeze(context, 1)
@@ -364,10 +382,6 @@ class ScoreAttention(keras.layers.Layer):
         if return_attention_scores:
             return context, weights
         return context
-
-    def compute_mask(self, query, previous_mask=None):
-        # The output has the query's time steps, hence the query's mask.
-        return previous_mask
 
     def get_config(self):
         return {**super().get_config(), "dropout": self.dropout, "seed": self.seed}

@@ -175,13 +175,13 @@ class HardAttention(BahdanauAttention):
         use_causal_mask=False,
         return_log_prob=False,
     ):
-        inputs = self.prepare_inputs(
+        inputs = self._prepare_inputs(
             query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
         )
         if training and self.estimator == "reinforce" and not return_log_prob:
             self._warn_no_log_prob()
-        context, weights, log_prob, entropy = self.select(inputs, training)
-        outputs = self.finish(inputs, context, weights, return_attention_scores)
+        context, weights, log_prob, entropy = self._select(inputs, training)
+        outputs = self._finish(inputs, context, weights, return_attention_scores)
         if not return_log_prob:
             return outputs
         if inputs.single_step:
@@ -189,11 +189,7 @@ class HardAttention(BahdanauAttention):
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         return outputs + (log_prob, entropy)
 
-    def attend(self, inputs, training=None):
-        context, weights, _, _ = self.select(inputs, training)
-        return context, weights
-
-    def select(self, inputs, training=None):
+    def _select(self, inputs, training=None):
         """Pick one position per query (or average, for soft inference).
 
         Returns ``(context [B, Tq, Dv], weights [B, Tq, Tv], log_prob [B, Tq],
@@ -238,7 +234,7 @@ class HardAttention(BahdanauAttention):
         else:
             weights = probs
         weights = ops.cast(weights, self.compute_dtype)
-        context = self.weighted_sum(weights, inputs.value, training)
+        context = self._weighted_sum(weights, inputs.value, training)
         return context, weights, log_prob, entropy
 
     def _warn_no_log_prob(self):

@@ -10,8 +10,10 @@ from attention_layers.base import (
     check_positive_int,
     fresh_initializer,
     linear,
+    renamed_argument,
     static_shape,
 )
+from attention_layers.luong import build_luong_score, luong_score
 
 MODES = ("monotonic", "predictive")
 SCORE_MODES = ("dot", "general", "concat")
@@ -66,7 +68,8 @@ class LocalAttention(ScoreAttention):
         score_mode: ``"dot"``, ``"general"`` or ``"concat"``.
         units: hidden size of the ``"concat"`` score and of ``W_p`` (default:
             the query size).
-        scale: multiply the scores by a learned scalar ``g`` (initialised to 1).
+        use_scale: multiply the scores by a learned scalar ``g`` (initialised
+            to 1). ``scale`` is its deprecated former name.
         kernel_initializer: initializer of ``W_a``, ``v_a``, ``W_p``, ``v_p``.
         dropout: fraction of attention weights dropped in training.
         seed: dropout seed.
@@ -112,12 +115,13 @@ class LocalAttention(ScoreAttention):
         window=10,
         score_mode="general",
         units=None,
-        scale=False,
+        use_scale=False,
         kernel_initializer="glorot_uniform",
         dropout=0.0,
         seed=None,
         **kwargs,
     ):
+        use_scale = renamed_argument(self, kwargs, "scale", "use_scale", use_scale)
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         if mode not in MODES:
             raise self._error("mode", f"one of {MODES}", repr(mode))
@@ -136,13 +140,13 @@ class LocalAttention(ScoreAttention):
         self.window = window
         self.score_mode = score_mode
         self.units = check_positive_int(self, "units", units, allow_none=True)
-        self.scale = scale
+        self.use_scale = bool(use_scale)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     # -- weights ----------------------------------------------------------
     def check_score_shapes(self, query_shape, key_shape):
         if self.score_mode == "dot":
-            self.check_equal_dims(query_shape, key_shape, ' for score_mode="dot"')
+            self._check_equal_dims(query_shape, key_shape, ' for score_mode="dot"')
 
     def _weight(self, name, shape, index, autocast=True):
         # One initializer per weight: a shared one gives W_p == W_a (general
@@ -155,31 +159,15 @@ class LocalAttention(ScoreAttention):
         )
 
     def build_score(self, query_shape, key_shape):
-        dq, dk = query_shape[-1], key_shape[-1]
-        units = self.units or dq
-        if self.score_mode == "general":
-            # The kernel of LuongAttention's W_a ([Dk, Dq]), applied to the
-            # query instead (q^T W_a k = (W_a^T q)^T k): once per step.
-            self.W_a = keras.layers.Dense(
-                dq,
-                use_bias=False,
-                kernel_initializer=fresh_initializer(self.kernel_initializer, 0),
-                dtype=self.dtype_policy,
-                name="W_a",
-            )
-            self.W_a.build(key_shape)
-        elif self.score_mode == "concat":
-            self.W_a = self._weight("W_a", (dq + dk, units), 0)
-            self.v_a = self._weight("v_a", (units,), 1)
+        build_luong_score(self, query_shape, key_shape)  # W_a, v_a, g
         if self.mode == "predictive":
-            # Read in float32 under every policy (see alignment_positions).
-            self.W_p = self._weight("W_p", (dq, units), 2, autocast=False)
+            # Read in float32 under every policy (see _alignment_positions).
+            units = self.units or query_shape[-1]
+            self.W_p = self._weight("W_p", (query_shape[-1], units), 2, autocast=False)
             self.v_p = self._weight("v_p", (units,), 3, autocast=False)
-        if self.scale:
-            self.g = self.add_weight(name="g", shape=(), initializer="ones")
 
     # -- the window ---------------------------------------------------------
-    def alignment_positions(self, inputs, positions=None):
+    def _alignment_positions(self, inputs, positions=None):
         """``p_t`` ``[B, Tq]`` in float32 for the rank-3 ``inputs``."""
         query = inputs.query
         batch, tq = ops.shape(query)[0], ops.shape(query)[1]
@@ -224,34 +212,14 @@ class LocalAttention(ScoreAttention):
             )
         return ops.cast(positions, "float32")
 
-    def window_scores(self, query, keys):
-        """Scores ``[B, Tq, W]`` (float32) of ``query`` ``[B, Tq, Dq]`` against
-        the gathered window ``keys`` ``[B, Tq, W, Dk]``."""
-        dtype = self._score_dtype()
-        if self.score_mode == "concat":
-            dq = query.shape[-1]
-            w = ops.cast(self.W_a, self.compute_dtype)
-            hidden = ops.expand_dims(linear(query, w[:dq]), 2) + linear(keys, w[dq:])
-            scores = linear(ops.tanh(hidden), ops.cast(self.v_a, self.compute_dtype))
-        else:
-            query = ops.cast(query, dtype)
-            if self.score_mode == "general":
-                kernel = ops.cast(self.W_a.kernel, dtype)  # [Dk, Dq]
-                query = linear(query, ops.transpose(kernel))
-            scores = ops.einsum("bqd,bqwd->bqw", query, ops.cast(keys, dtype))
-        scores = ops.cast(scores, "float32")
-        if self.scale:
-            scores = scores * ops.cast(self.g, "float32")
-        return scores
-
-    def attend(self, inputs, training=None, positions=None, dense_weights=True):
+    def _attend(self, inputs, training=None, positions=None, dense_weights=True):
         """Attention within the window around ``positions`` (``[B, Tq]``, float32).
 
         Returns ``(context [B, Tq, Dv], weights)`` where ``weights`` are the
         dense ``[B, Tq, Tv]`` weights if ``dense_weights``, else ``None``.
         """
         if positions is None:
-            positions = self.alignment_positions(inputs)
+            positions = self._alignment_positions(inputs)
         d = self.window
         tv = ops.shape(inputs.value)[1]
         # Integer s in [p_t - D, p_t + D]: 2D + 1 of them from ceil(p_t - D),
@@ -269,7 +237,7 @@ class LocalAttention(ScoreAttention):
             valid = ops.logical_and(valid, gather_window_mask(inputs.mask, index))
 
         keys = gather_rows(inputs.key, index)  # [B, Tq, W, Dk]
-        weights = masking.masked_softmax(self.window_scores(inputs.query, keys), valid)
+        weights = masking.masked_softmax(luong_score(self, inputs.query, keys), valid)
         if self.mode == "predictive":
             sigma = d / 2.0
             distance = s_float - ops.expand_dims(positions, -1)
@@ -303,15 +271,15 @@ class LocalAttention(ScoreAttention):
         positions=None,
         return_positions=False,
     ):
-        inputs = self.prepare_inputs(
+        inputs = self._prepare_inputs(
             query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
         )
-        p = self.alignment_positions(inputs, positions)
-        context, weights = self.attend(
+        p = self._alignment_positions(inputs, positions)
+        context, weights = self._attend(
             inputs, training, positions=p, dense_weights=return_attention_scores
         )
         if return_attention_scores:
-            context, weights = self.finish(inputs, context, weights, True)
+            context, weights = self._finish(inputs, context, weights, True)
         elif inputs.single_step:
             context = ops.squeeze(context, 1)
         if inputs.single_step:
@@ -330,6 +298,6 @@ class LocalAttention(ScoreAttention):
             "window": self.window,
             "score_mode": self.score_mode,
             "units": self.units,
-            "scale": self.scale,
+            "use_scale": self.use_scale,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         }

@@ -1,4 +1,5 @@
-"""Luong global attention: the dot, general, concat and location score functions."""
+"""Luong global attention, and the dot, general and concat scores it shares with
+local attention (`attention_layers.local`)."""
 
 import keras
 from keras import ops
@@ -8,10 +9,86 @@ from attention_layers.base import (
     ScoreAttention,
     apply_dense,
     check_positive_int,
+    fresh_initializer,
     linear,
+    renamed_argument,
 )
 
 SCORE_MODES = ("dot", "general", "concat", "location")
+
+
+def build_luong_score(layer, query_shape, key_shape):
+    """Create the weights of ``layer.score_mode`` (``"dot"``, ``"general"`` or
+    ``"concat"``; none for others) and the scale ``g``, on ``layer``.
+
+    ``"general"``: ``W_a``, a bias-free ``Dense`` with kernel ``[Dk, Dq]``;
+    ``"concat"``: ``W_a`` ``[Dq + Dk, units]`` and ``v_a`` ``[units]``. Each
+    weight gets its own initializer (`fresh_initializer`).
+    """
+    dq, dk = query_shape[-1], key_shape[-1]
+    init = layer.kernel_initializer
+    if layer.score_mode == "general":
+        layer.W_a = keras.layers.Dense(
+            dq,
+            use_bias=False,
+            kernel_initializer=fresh_initializer(init, 0),
+            dtype=layer.dtype_policy,
+            name="W_a",
+        )
+        layer.W_a.build(key_shape)
+    elif layer.score_mode == "concat":
+        # One W_a over [h_t; h_s], as in the paper; it is applied in two
+        # halves so that the concatenation is never materialised per pair.
+        units = layer.units or dq
+        layer.W_a = layer.add_weight(
+            name="W_a", shape=(dq + dk, units), initializer=fresh_initializer(init, 0)
+        )
+        layer.v_a = layer.add_weight(
+            name="v_a", shape=(units,), initializer=fresh_initializer(init, 1)
+        )
+    if layer.use_scale:
+        layer.g = layer.add_weight(name="g", shape=(), initializer="ones")
+
+
+def luong_score(layer, query, key):
+    """Float32 scores of ``query`` ``[B, Tq, Dq]`` against ``key``.
+
+    ``key`` is ``[B, Tv, Dk]`` (every source position: scores ``[B, Tq, Tv]``)
+    or ``[B, Tq, W, Dk]`` (a window per query: scores ``[B, Tq, W]``).
+
+    * ``"dot"``: ``h_t^T h_s``;
+    * ``"general"``: ``h_t^T W_a h_s``, computed as ``(W_a^T h_t)^T h_s`` so
+      that ``W_a`` is applied once per query rather than once per key;
+    * ``"concat"``: ``v_a^T tanh(W_a [h_t; h_s])``;
+
+    times the learned ``g`` with ``use_scale``. Products are taken in
+    ``layer._score_dtype()`` (float32 under float16).
+    """
+    windowed = len(key.shape) == 4
+    if layer.score_mode == "concat":
+        dq = query.shape[-1]
+        w = ops.cast(layer.W_a, layer.compute_dtype)
+        q, k = linear(query, w[:dq]), linear(key, w[dq:])
+        if windowed:
+            v = ops.cast(layer.v_a, layer.compute_dtype)
+            scores = linear(ops.tanh(ops.expand_dims(q, 2) + k), v)
+        else:
+            scores = additive_scores(q, k, layer.v_a)
+    else:
+        dtype = layer._score_dtype()
+        query = ops.cast(query, dtype)
+        if layer.score_mode == "general":
+            kernel = ops.cast(layer.W_a.kernel, dtype)  # [Dk, Dq]
+            query = linear(query, ops.transpose(kernel))
+        key = ops.cast(key, dtype)
+        if windowed:
+            scores = ops.einsum("bqd,bqwd->bqw", query, key)
+        else:
+            scores = ops.matmul(query, ops.transpose(key, (0, 2, 1)))
+    scores = ops.cast(scores, "float32")
+    if layer.use_scale:
+        scores = scores * ops.cast(layer.g, "float32")
+    return scores
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -33,7 +110,9 @@ class LuongAttention(ScoreAttention):
         score_mode: one of ``"dot"``, ``"general"``, ``"concat"``, ``"location"``.
         units: hidden size of the ``"concat"`` score (default: the query size).
         max_value_length: number of source positions of the ``"location"`` score.
-        scale: multiply the scores by a learned scalar ``g`` (initialised to 1).
+        use_scale: multiply the scores by a learned scalar ``g`` (initialised
+            to 1), as ``keras.layers.Attention(use_scale=True)``. ``scale`` is
+            its deprecated former name.
         kernel_initializer: initializer of ``W_a`` and ``v_a``.
         dropout: fraction of attention weights dropped in training.
         seed: dropout seed.
@@ -61,12 +140,13 @@ class LuongAttention(ScoreAttention):
         score_mode="general",
         units=None,
         max_value_length=None,
-        scale=False,
+        use_scale=False,
         kernel_initializer="glorot_uniform",
         dropout=0.0,
         seed=None,
         **kwargs,
     ):
+        use_scale = renamed_argument(self, kwargs, "scale", "use_scale", use_scale)
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         if score_mode not in SCORE_MODES:
             raise self._error("score_mode", f"one of {SCORE_MODES}", repr(score_mode))
@@ -80,12 +160,12 @@ class LuongAttention(ScoreAttention):
         self.score_mode = score_mode
         self.units = check_positive_int(self, "units", units, allow_none=True)
         self.max_value_length = max_value_length
-        self.scale = scale
+        self.use_scale = bool(use_scale)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def check_score_shapes(self, query_shape, key_shape):
         if self.score_mode == "dot":
-            self.check_equal_dims(query_shape, key_shape, ' for score_mode="dot"')
+            self._check_equal_dims(query_shape, key_shape, ' for score_mode="dot"')
         tv = key_shape[1]
         if (
             self.score_mode == "location"
@@ -98,59 +178,24 @@ class LuongAttention(ScoreAttention):
                 f"shape {tuple(key_shape)}",
             )
 
-    def _dense(self, units, name):
-        return keras.layers.Dense(
-            units,
-            use_bias=False,
-            kernel_initializer=self.kernel_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
     def build_score(self, query_shape, key_shape):
-        dq, dk = query_shape[-1], key_shape[-1]
-        if self.score_mode == "general":
-            self.W_a = self._dense(dq, "W_a")
-            self.W_a.build(key_shape)
-        elif self.score_mode == "concat":
-            units = self.units or dq
-            # One W_a over [h_t; h_s], as in the paper; it is applied in two
-            # halves so that the concatenation is never materialised per pair.
-            self.W_a = self.add_weight(
-                name="W_a", shape=(dq + dk, units), initializer=self.kernel_initializer
+        build_luong_score(self, query_shape, key_shape)  # and g
+        if self.score_mode == "location":
+            self.W_a = keras.layers.Dense(
+                self.max_value_length,
+                use_bias=False,
+                kernel_initializer=fresh_initializer(self.kernel_initializer),
+                dtype=self.dtype_policy,
+                name="W_a",
             )
-            self.v_a = self.add_weight(
-                name="v_a", shape=(units,), initializer=self.kernel_initializer
-            )
-        elif self.score_mode == "location":
-            self.W_a = self._dense(self.max_value_length, "W_a")
             self.W_a.build(query_shape)
-        if self.scale:
-            self.g = self.add_weight(name="g", shape=(), initializer="ones")
 
     def score(self, query, key):
-        dtype = self._score_dtype()
-        if self.score_mode == "dot":
-            scores = ops.matmul(
-                ops.cast(query, dtype), ops.transpose(ops.cast(key, dtype), (0, 2, 1))
-            )
-        elif self.score_mode == "general":
-            scores = ops.matmul(
-                ops.cast(query, dtype),
-                ops.transpose(ops.cast(apply_dense(self.W_a, key), dtype), (0, 2, 1)),
-            )
-        elif self.score_mode == "concat":
-            dq = query.shape[-1]
-            w = ops.cast(self.W_a, self.compute_dtype)
-            scores = additive_scores(
-                linear(query, w[:dq]), linear(key, w[dq:]), self.v_a
-            )
-        else:  # location
-            scores = apply_dense(self.W_a, query)[..., : ops.shape(key)[1]]
+        if self.score_mode != "location":
+            return luong_score(self, query, key)
+        scores = apply_dense(self.W_a, query)[..., : ops.shape(key)[1]]
         scores = ops.cast(scores, "float32")
-        if self.scale:
-            scores = scores * ops.cast(self.g, "float32")
-        return scores
+        return scores * ops.cast(self.g, "float32") if self.use_scale else scores
 
     def get_config(self):
         return {
@@ -158,6 +203,6 @@ class LuongAttention(ScoreAttention):
             "score_mode": self.score_mode,
             "units": self.units,
             "max_value_length": self.max_value_length,
-            "scale": self.scale,
+            "use_scale": self.use_scale,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         }

@@ -161,9 +161,6 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         encoding = ops.broadcast_to(encoding, (shape[0], shape[1], dim))
         return ops.cast(encoding, self.compute_dtype)
 
-    def compute_mask(self, inputs, mask=None):
-        return mask
-
     def get_config(self):
         return {**super().get_config(), "max_wavelength": self.max_wavelength}
 
@@ -254,9 +251,6 @@ class PositionEmbedding(keras.layers.Layer):
         embedding = ops.take(table, positions, axis=0)  # [1|B, T, d]
         shape = ops.shape(inputs)
         return ops.broadcast_to(embedding, (shape[0], shape[1], inputs.shape[-1]))
-
-    def compute_mask(self, inputs, mask=None):
-        return mask
 
     def get_config(self):
         return {
@@ -361,9 +355,6 @@ class RotaryEmbedding(keras.layers.Layer):
             a, b = x[..., :half], x[..., half:]
             rotated = ops.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
         return ops.cast(rotated, self.compute_dtype)
-
-    def compute_mask(self, inputs, mask=None):
-        return mask
 
     def get_config(self):
         return {

@@ -189,9 +189,7 @@ class AttentionRNNCell(keras.layers.Layer):
             # cell drops it. A copy carries no mask.
             x = ops.copy(inputs)
         cell_states = states[:n_cell]
-        z, new_cell_states = self.cell(
-            x, cell_states if n_cell > 1 else cell_states, training=training
-        )
+        z, new_cell_states = self.cell(x, cell_states, training=training)
         new_cell_states = (
             list(new_cell_states)
             if isinstance(new_cell_states, (list, tuple))
@@ -500,9 +498,6 @@ class AttentionDecoder(keras.layers.Layer):
                 [spec((batch, n), self.compute_dtype) for n in self.cell.state_size]
             )
         return results[0] if len(results) == 1 else tuple(results)
-
-    def compute_mask(self, query, previous_mask=None):
-        return previous_mask
 
     def get_config(self):
         return {

@@ -46,7 +46,7 @@ class ScaledDotProductAttention(ScoreAttention):
         self.scale = scale
 
     def check_score_shapes(self, query_shape, key_shape):
-        self.check_equal_dims(query_shape, key_shape)
+        self._check_equal_dims(query_shape, key_shape)
 
     def score(self, query, key):
         dtype = self._score_dtype()

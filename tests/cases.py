@@ -25,7 +25,10 @@ CASES = [
         query_dim=6,
         bad_ctor=[({"score_mode": "bilinear"}, "score_mode")],
     ),
-    Case("luong_general", partial(al.LuongAttention, score_mode="general", scale=True)),
+    Case(
+        "luong_general",
+        partial(al.LuongAttention, score_mode="general", use_scale=True),
+    ),
     Case("luong_concat", partial(al.LuongAttention, score_mode="concat", units=5)),
     Case(
         "luong_location",

@@ -26,7 +26,7 @@ CASES = [
             mode="monotonic",
             window=2,
             score_mode="general",
-            scale=True,
+            use_scale=True,
         ),
     ),
     # D = Tv - 1: every window reaches the last source position.

@@ -120,7 +120,7 @@ def test_bahdanau_normalized_formula():
 
 
 def test_luong_general_formula():
-    layer = al.LuongAttention("general", scale=True)
+    layer = al.LuongAttention("general", use_scale=True)
     run(layer)
     w = RNG.normal(size=(4, 4)).astype("float32")  # maps keys to the query size
     layer.W_a.kernel.assign(w)

@@ -72,7 +72,9 @@ def set_predictive(layer, w_p, v_p):
 
 # -- formulas ------------------------------------------------------------------
 def test_local_m_general_formula():
-    layer = al.LocalAttention("monotonic", window=2, score_mode="general", scale=True)
+    layer = al.LocalAttention(
+        "monotonic", window=2, score_mode="general", use_scale=True
+    )
     run(layer)  # build
     w_a = RNG.normal(size=(DQ, DQ)).astype("float32")
     layer.W_a.kernel.assign(w_a)

@@ -97,6 +97,23 @@ def test_numpy_integers_are_sizes_too():
     assert al.BahdanauAttention(units=np.int64(4)).units == 4
 
 
+@pytest.mark.parametrize("make", [al.LuongAttention, al.LocalAttention])
+def test_scale_is_a_deprecated_alias_of_use_scale(make):
+    """``use_scale`` is Keras' name for the learned score scale; ``scale``, the
+    former name, still works (with a warning) and old configs still load."""
+    with pytest.warns(DeprecationWarning, match="use `use_scale`"):
+        layer = make(score_mode="general", scale=True)
+    assert layer.use_scale is True
+    config = layer.get_config()
+    assert "scale" not in config and config["use_scale"] is True
+    old = {**config, "scale": config.pop("use_scale")}
+    with pytest.warns(DeprecationWarning):
+        restored = make.from_config(old)
+    x = RNG.normal(size=(2, 3, 4)).astype("float32")
+    restored(x, x)
+    assert "g" in [w.name for w in restored.weights]
+
+
 def test_attention_must_be_a_layer_not_its_name():
     assert_clear_error(
         al.AttentionRNNCell,

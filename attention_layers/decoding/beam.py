@@ -204,6 +204,7 @@ def beam_search(
         total = ops.expand_dims(carry["log_probs"], 1) + log_probs  # [N, V]
         lengths = carry["lengths"] + ops.cast(alive, "int32")
         score = total
+        penalised = alpha is not None or "coverage" in carry
         if alpha is not None:
             score = score / ops.expand_dims(gnmt_length_penalty(lengths, alpha), 1)
         if "alignments" in carry:
@@ -216,10 +217,10 @@ def beam_search(
             score = score + ops.expand_dims(cp, 1)
         best, index = ops.top_k(ops.reshape(score, (-1, k * vocab)), k)  # [B, K]
         index = ops.cast(index, "int32")
-        if score is total:  # no penalty: the score is the log-probability
-            total = best
-        else:
+        if penalised:
             total = ops.take_along_axis(ops.reshape(total, (-1, k * vocab)), index, 1)
+        else:  # the score is the log-probability
+            total = best
         if live is not None:  # candidates ranked past num_beams die here
             best = ops.where(live, best, NEG_INF)
         parent = ops.reshape(index // vocab + offsets, (-1,))  # [N], flat
