@@ -65,8 +65,14 @@ def main():
                 train.fit(feed, target, batch_size=64, epochs=1, verbose=0)
                 w = infer.predict(x_test, batch_size=1000, verbose=0)
                 picks.append((w.argmax(-1) == position).mean())
-            print(estimator, "seed", seed, "pick after each epoch:",
-                  " ".join(f"{p:.2f}" for p in picks), flush=True)
+            print(
+                estimator,
+                "seed",
+                seed,
+                "pick after each epoch:",
+                " ".join(f"{p:.2f}" for p in picks),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
