@@ -4,7 +4,10 @@ setup(
     name="attention-layers",
     version="0.1.0",
     description=(
-        "Keras 3 attention layers (Bahdanau, Luong, local, hard, multi-head) and "
+        "Keras 3 attention layers (Bahdanau; Luong global and local; hard, with "
+        "REINFORCE or Gumbel; scaled dot-product; multi-head with a KV cache; "
+        "pooling; an attention RNN decoder; sinusoidal, learned and rotary "
+        "positions; Transformer blocks; greedy, beam and sampling decoders) and "
         "reference pipelines that train, evaluate and export them for TF Serving."
     ),
     long_description=open("README.md", encoding="utf-8").read(),
