@@ -1,5 +1,7 @@
 from setuptools import find_packages, setup
 
+TENSORFLOW = ["tensorflow>=2.21,<2.22", "tensorflow-text>=2.21,<2.22"]
+
 setup(
     name="attention-layers",
     version="0.1.0",
@@ -19,13 +21,11 @@ setup(
     ),
     package_data={"pipelines": ["data/*.tsv.gz", "core/*.txt", "core/*.c"]},
     entry_points={"console_scripts": ["attention-pipelines=pipelines.cli:main"]},
-    install_requires=[
-        "tensorflow>=2.21,<2.22",
-        "keras>=3.15",
-        "tensorflow-text>=2.21,<2.22",
-        "numpy",
-    ],
+    # The layers need Keras and NumPy only, on any Keras backend; TensorFlow
+    # comes with the `tensorflow` and `pipelines` extras.
+    install_requires=["keras>=3.15", "numpy"],
     extras_require={
+        "tensorflow": TENSORFLOW,
         "dev": [
             "pytest>=8",
             "pytest-xdist",
@@ -36,6 +36,7 @@ setup(
         ],
         # The reference pipelines (pipelines/): metrics, plots, data, serving.
         "pipelines": [
+            *TENSORFLOW,
             "matplotlib",
             "babel",
             "pyyaml",
