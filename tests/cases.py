@@ -89,8 +89,25 @@ CASES += [
     ),
 ]
 CASES += LOCAL_CASES + HARD_CASES + MULTI_HEAD_CASES
+# Dropout on the weights: in ScoreAttention (every score layer shares it) and
+# in MultiHeadAttention's direct path.
+CASES += [
+    Case(
+        "luong_general_dropout",
+        partial(al.LuongAttention, score_mode="general", dropout=0.5, seed=1),
+        deterministic_training=False,
+    ),
+    Case(
+        "multi_head_dropout",
+        partial(al.MultiHeadAttention, num_heads=2, key_dim=3, dropout=0.5, seed=1),
+        query_dim=6,
+        heads_axis=1,
+        deterministic_training=False,
+    ),
+]
 
 SCORE_CASES = [c for c in CASES if c.kind == "score"]
+DROPOUT_CASES = [c for c in CASES if c.id.endswith("_dropout")]
 
 
 def ids(cases):

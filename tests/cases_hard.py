@@ -17,6 +17,7 @@ CASES = [
         "hard_argmax",
         partial(al.HardAttention, units=8, estimator="gumbel", seed=3),
         continuous_in_values=False,
+        deterministic_training=False,  # Gumbel samples in training
         bad_ctor=[
             ({"units": 8, "estimator": "score"}, "estimator"),
             ({"units": 8, "inference": "sample"}, "inference"),
@@ -34,5 +35,6 @@ CASES = [
             temperature=0.5,
             normalize=True,
         ),
+        deterministic_training=False,
     ),
 ]

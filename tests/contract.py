@@ -8,6 +8,7 @@ DESIGN.md). ``tests/test_contract.py`` runs every check on every case.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -55,6 +56,10 @@ class Case:
     # None for [B, Tq, Tv]; checks that index the query axis fold it into the
     # batch.
     heads_axis: int | None = None
+    # False where training draws random numbers (dropout, Gumbel samples):
+    # two devices then draw other numbers than one, so the MirroredStrategy
+    # clause checks a finite loss only, not equal gradients.
+    deterministic_training: bool = True
 
     def make(self, **kwargs):
         return self.factory(**kwargs)
@@ -365,12 +370,34 @@ def check_causal(case):
     assert (a[1][:, upper.astype(bool)] == 0).all()
 
 
+def sublayers(layer):
+    """Every layer held by ``layer``'s attributes, recursively (in lists,
+    tuples and dicts too), without ``layer`` itself."""
+    found, todo = [], list(vars(layer).values())
+    while todo:
+        x = todo.pop()
+        if isinstance(x, keras.layers.Layer):
+            if x is not layer and all(x is not f for f in found):
+                found.append(x)
+                todo.extend(vars(x).values())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+    return found
+
+
 # -- 5. mixed precision --------------------------------------------------------
 def check_mixed_precision(case, policy):
     compute = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
     reference = built(case)
     layer = built(case, dtype=policy)
     copy_weights(reference, layer)
+    for sub in sublayers(layer):
+        assert sub.dtype_policy.name == policy, (
+            f"sublayer {sub.name} of {layer.name} runs under "
+            f"{sub.dtype_policy.name}, not the layer's {policy}"
+        )
     for w in layer.weights:
         assert w.dtype == "float32", f"{w.path} is {w.dtype}"
     arrays, masks = case.arrays(), case.masks()
@@ -392,6 +419,30 @@ def check_mixed_precision(case, policy):
     assert np.isfinite(out).all(), f"overflow under {policy}"
     assert np.isfinite(weights.astype("float32")).all()
     assert_row_sums(case, weights[1].astype("float32").sum(-1), atol=2e-2, rtol=0)
+
+
+def check_dropout(case):
+    """Dropout acts in training only: at inference the layer equals its
+    dropout-free twin; in training the output changes, masked positions keep
+    zero weight and nothing is NaN."""
+    layer = built(case)
+    assert layer.dropout > 0, "a dropout case needs dropout > 0"
+    twin = built(case, dropout=0.0)
+    copy_weights(layer, twin)
+    arrays, masks = case.arrays(), case.masks()
+    out, weights = case.outputs(layer, arrays, masks)
+    want = case.outputs(twin, arrays, masks)
+    np.testing.assert_allclose(out, want[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(weights, want[1], rtol=1e-6, atol=1e-6)
+    out_t, weights_t = case.outputs(layer, arrays, masks, training=True)
+    assert np.isfinite(out_t).all() and np.isfinite(weights_t).all()
+    assert not np.allclose(out_t, out), "training=True dropped nothing"
+    value_mask = masks["value_mask"]
+    shape = (BATCH,) + (1,) * (weights_t.ndim - 2) + (case.value_length,)
+    masked = np.broadcast_to(~value_mask.reshape(shape), weights_t.shape)
+    assert (weights_t[masked] == 0).all(), "dropout revived a masked position"
+    if case.output_is_context:
+        assert (out_t[0] == 0).all(), "fully masked row not zero in training"
 
 
 # -- 6. XLA training step and tf.distribute -------------------------------------
@@ -433,19 +484,43 @@ def two_device_strategy():
 
 
 def check_mirrored_strategy(case):
+    """One SGD step (learning rate 1, so the weight change is the gradient) on
+    two replicas equals the same step on one device: same loss, same update."""
     strategy = two_device_strategy()
     assert strategy.num_replicas_in_sync == 2
-    with strategy.scope():
-        layer = case.make()
-        # Integer masks: Keras 3.15 fails to distribute boolean numpy inputs
-        # (an AddN over bool), with keras.layers.Attention as well.
-        model, feed, target = _trainable_model(case, layer, mask_dtype="int32")
-        model.compile(optimizer="adam", loss="mse")
+
+    def model_in(scope):
+        with scope:
+            layer = case.make()
+            # Integer masks: Keras 3.15 fails to distribute boolean numpy
+            # inputs (an AddN over bool), with keras.layers.Attention as well.
+            model, feed, target = _trainable_model(case, layer, mask_dtype="int32")
+            model.compile(optimizer=keras.optimizers.SGD(1.0), loss="mse")
+        return model, feed, target
+
+    mirrored, feed, target = model_in(strategy.scope())
+    single, _, _ = model_in(contextlib.nullcontext())
+    single.set_weights(mirrored.get_weights())
+    before = single.get_weights()
     # Batch 4 over 2 replicas: 2 examples each (repeat to 4 rows).
     feed = {k: np.concatenate([v, v[:1]]) for k, v in feed.items()}
     target = np.concatenate([target, target[:1]])
-    history = model.fit(feed, target, batch_size=4, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"]).all()
+    losses = []
+    for model in (mirrored, single):
+        history = model.fit(
+            feed, target, batch_size=4, epochs=1, shuffle=False, verbose=0
+        )
+        losses.append(history.history["loss"][0])
+    assert np.isfinite(losses).all(), losses
+    if not case.deterministic_training:
+        return
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    after = zip(mirrored.get_weights(), single.get_weights(), strict=True)
+    for w, start, (a, b) in zip(mirrored.weights, before, after, strict=True):
+        # The gradient, seen as the change of the weight.
+        np.testing.assert_allclose(
+            start - a, start - b, rtol=1e-4, atol=1e-6, err_msg=w.path
+        )
 
 
 # -- 8. bad input -----------------------------------------------------------------

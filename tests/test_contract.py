@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests import contract
-from tests.cases import CASES, SCORE_CASES, ids
+from tests.cases import CASES, DROPOUT_CASES, SCORE_CASES, ids
 
 every = pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 score = pytest.mark.parametrize("case", SCORE_CASES, ids=ids(SCORE_CASES))
@@ -95,6 +95,11 @@ def test_mixed_precision(case, policy):
     contract.check_mixed_precision(case, policy)
 
 
+@pytest.mark.parametrize("case", DROPOUT_CASES, ids=ids(DROPOUT_CASES))
+def test_dropout_acts_in_training_only(case):
+    contract.check_dropout(case)
+
+
 @every
 def test_jit_compiled_training(case):
     contract.check_jit_training(case)
@@ -102,7 +107,7 @@ def test_jit_compiled_training(case):
 
 @pytest.mark.tf_only
 @every
-def test_mirrored_strategy_fit(case):
+def test_mirrored_strategy_equals_one_device(case):
     contract.check_mirrored_strategy(case)
 
 
