@@ -14,6 +14,7 @@ fully masked query row gets zero weights and a zero context (the output is then
 the output projection's bias), and NaN or inf under padding never leaks.
 """
 
+import functools
 import math
 import numbers
 
@@ -36,6 +37,14 @@ IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused")
 # scores of a batch of 32 with 8 heads already take 1 GiB in float32.
 DEFAULT_TILE_THRESHOLD = 1 << 20
 DEFAULT_BLOCK_SIZE = 256
+
+
+@functools.cache
+def on_accelerator():
+    """Whether Keras's default devices are GPUs or TPUs (asked once)."""
+    return any(
+        not d.lower().startswith("cpu") for d in keras.distribution.list_devices()
+    )
 
 
 _ROTARY_EXPECTED = "None, True, a RotaryEmbedding or a dict of its arguments"
@@ -128,10 +137,12 @@ class MultiHeadAttention(keras.layers.Layer):
       backward pass: memory linear in the lengths, causal tiles above the
       diagonal skipped; no scores, no dropout.
     * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
-      else ``"tiled"`` when the static ``Tq * Tk`` exceeds ``tile_threshold``;
-      else ``"fused"`` in float32 when ``value_dim == key_dim`` (the
-      backend kernels want one head size), ``"direct"`` otherwise.
-      Explicit ``"tiled"`` or ``"fused"`` raise where they cannot serve a call.
+      else ``"fused"`` when Keras's default devices are GPUs or TPUs and
+      ``value_dim == key_dim`` (the backend kernels want one head size);
+      else (on CPU) ``"tiled"`` when the static ``Tq * Tk`` exceeds
+      ``tile_threshold``, ``"fused"`` in float32 when ``value_dim ==
+      key_dim``, ``"direct"`` otherwise. Explicit ``"tiled"`` or ``"fused"``
+      raise where they cannot serve a call.
 
     Rotary positions (``rotary``, Su et al. 2021) rotate the projected
     queries and keys of every head (`RotaryEmbedding`) before the scores, on
@@ -165,7 +176,7 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         implementation: ``"auto"``, ``"direct"``, ``"tiled"`` or ``"fused"``.
-        tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles (default
+        tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles on CPU (default
             ``2**20``, e.g. 1024 queries times 1024 keys).
         block_size: query rows of one block of the tiled path, and key columns
             of one tile when it tiles the keys (default 256).
@@ -470,6 +481,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return impl
         if return_scores or dropping:
             return "direct"
+        if self.value_dim == self.key_dim and on_accelerator():
+            return "fused"  # the backend's kernel, whatever the lengths
         if None not in (tq, tk) and tq * tk > self.tile_threshold:
             return "tiled"
         fused = self.compute_dtype == "float32" and self.value_dim == self.key_dim

@@ -696,3 +696,37 @@ def test_rotary_bad_arguments_raise_clear_errors():
     cache = layer.empty_cache(B, TV)
     assert_clear_error(cls, "rotary", lambda: layer.compute_cache(V))
     assert_clear_error(cls, "cache_update_index", lambda: layer(Q, None, cache=cache))
+
+
+# -- "auto" on accelerators ------------------------------------------------------
+def test_auto_takes_the_fused_kernel_on_accelerators(monkeypatch):
+    from attention_layers import multi_head
+
+    assert multi_head.on_accelerator() is False  # these tests run on CPU
+    long = 4096
+    for devices, accelerator in [(["gpu:0"], True), (["tpu:0"], True)]:
+        monkeypatch.setattr(keras.distribution, "list_devices", lambda d=devices: d)
+        assert multi_head.on_accelerator.__wrapped__() is accelerator
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: ["cpu:0"])
+    assert multi_head.on_accelerator.__wrapped__() is False
+
+    layer, uneven = layer_on(), layer_on(value_dim=4)
+    assert layer._choose(False, False, long, long) == "tiled"  # CPU
+    monkeypatch.setattr(multi_head, "on_accelerator", lambda: True)
+    assert layer._choose(False, False, long, long) == "fused"
+    assert layer._choose(False, False, None, None) == "fused"
+    assert layer._choose(False, True, long, long) == "direct"  # scores
+    assert uneven._choose(False, False, long, long) == "tiled"  # two head sizes
+    assert uneven._choose(False, False, 2, 2) == "direct"
+    assert layer_on(dtype="mixed_bfloat16")._choose(False, False, 2, 2) == "fused"
+    # The call takes the fused path and gives the direct path's numbers.
+    direct = layer_on("direct")
+    direct(Q, V)
+    auto = same_weights(layer_on(tile_threshold=1), direct, Q, V)
+    taken = []
+    fused = auto._fused
+    monkeypatch.setattr(auto, "_fused", lambda *a: taken.append(1) or fused(*a))
+    np.testing.assert_allclose(
+        to_numpy(auto(Q, V, **masks())), to_numpy(direct(Q, V, **masks())), atol=1e-5
+    )
+    assert taken
