@@ -14,6 +14,7 @@ fully masked query row gets zero weights and a zero context (the output is then
 the output projection's bias), and NaN or inf under padding never leaks.
 """
 
+import functools
 import math
 import numbers
 
@@ -28,6 +29,7 @@ from attention_layers.base import (
     input_error,
 )
 from attention_layers.base import static_shape as _static
+from attention_layers.positional import RotaryEmbedding
 from attention_layers.tiled import Masks, combine, length, tiled_attention
 
 IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused")
@@ -35,6 +37,55 @@ IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused")
 # scores of a batch of 32 with 8 heads already take 1 GiB in float32.
 DEFAULT_TILE_THRESHOLD = 1 << 20
 DEFAULT_BLOCK_SIZE = 256
+
+
+@functools.cache
+def on_accelerator():
+    """Whether Keras's default devices are GPUs or TPUs (asked once)."""
+    return any(
+        not d.lower().startswith("cpu") for d in keras.distribution.list_devices()
+    )
+
+
+_ROTARY_EXPECTED = "None, True, a RotaryEmbedding or a dict of its arguments"
+_ROTARY_ARGS = ("max_wavelength", "scaling_factor", "interleaved")
+
+
+def rotary_config(layer, rotary):
+    """The ``rotary`` argument of ``layer`` as a config: None, or a dict.
+
+    ``True`` means ``RotaryEmbedding()``; a dict holds its arguments (or is a
+    serialized Keras object); a `RotaryEmbedding` gives its arguments (a
+    subclass, its serialized form). Bad values raise ``input_error``.
+    """
+    if rotary is None or rotary is False:
+        return None
+    if rotary is True:
+        rotary = RotaryEmbedding()
+    elif isinstance(rotary, dict):
+        try:
+            if "class_name" in rotary:
+                rotary = keras.saving.deserialize_keras_object(rotary)
+            else:
+                rotary = RotaryEmbedding(**rotary)
+        except (TypeError, ValueError) as error:
+            raise input_error(layer, "rotary", _ROTARY_EXPECTED, str(error)) from None
+    if not isinstance(rotary, RotaryEmbedding):
+        raise input_error(layer, "rotary", _ROTARY_EXPECTED, repr(rotary))
+    if type(rotary) is not RotaryEmbedding:
+        return keras.saving.serialize_keras_object(rotary)
+    config = rotary.get_config()
+    return {name: config[name] for name in _ROTARY_ARGS}
+
+
+def _rotary_layer(config, dtype):
+    """A fresh rotary layer from `rotary_config`'s dict, in ``dtype``."""
+    if "class_name" not in config:
+        return RotaryEmbedding(**config, dtype=dtype, name="rotary_embedding")
+    layer = keras.saving.deserialize_keras_object(config)
+    return layer.__class__.from_config(
+        {**layer.get_config(), "dtype": dtype, "name": "rotary_embedding"}
+    )
 
 
 def _zero_steps(x, mask):
@@ -86,10 +137,22 @@ class MultiHeadAttention(keras.layers.Layer):
       backward pass: memory linear in the lengths, causal tiles above the
       diagonal skipped; no scores, no dropout.
     * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
-      else ``"tiled"`` when the static ``Tq * Tk`` exceeds ``tile_threshold``;
-      else ``"fused"`` in float32 when ``value_dim == key_dim`` (the
-      backend kernels want one head size), ``"direct"`` otherwise.
-      Explicit ``"tiled"`` or ``"fused"`` raise where they cannot serve a call.
+      else ``"fused"`` when Keras's default devices are GPUs or TPUs and
+      ``value_dim == key_dim`` (the backend kernels want one head size);
+      else (on CPU) ``"tiled"`` when the static ``Tq * Tk`` exceeds
+      ``tile_threshold``, ``"fused"`` in float32 when ``value_dim ==
+      key_dim``, ``"direct"`` otherwise. Explicit ``"tiled"`` or ``"fused"``
+      raise where they cannot serve a call.
+
+    Rotary positions (``rotary``, Su et al. 2021) rotate the projected
+    queries and keys of every head (`RotaryEmbedding`) before the scores, on
+    every implementation, so the scores depend on relative positions only.
+    Keys are at positions ``0..Tk-1`` and query ``i`` at ``i + Tk - Tq`` (as
+    for the causal mask: the same positions in self-attention). With a
+    self-attention cache the new keys are rotated at their positions
+    ``index + t`` before they are written, and the queries at the same
+    positions. Rotary positions are for self-attention: a cross-attention
+    cache (``compute_cache``) is refused.
 
     Incremental decoding uses a cache ``[B, 2, S, H, key_dim]`` (keys at index
     0, values at 1; it needs ``value_dim == key_dim``). Self-attention: pass
@@ -98,6 +161,8 @@ class MultiHeadAttention(keras.layers.Layer):
     where slots from ``index + T`` on (not yet written) are masked, and with
     ``use_causal_mask`` query ``i`` sees slots ``<= index + i``.
     Cross-attention: pass ``cache=layer.compute_cache(memory)`` and no index.
+    `TransformerEncoderBlock` and `TransformerDecoderBlock` pass their
+    ``rotary`` argument to their self-attention.
 
     Args:
         num_heads: number of heads ``H``.
@@ -111,11 +176,16 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         implementation: ``"auto"``, ``"direct"``, ``"tiled"`` or ``"fused"``.
-        tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles (default
+        tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles on CPU (default
             ``2**20``, e.g. 1024 queries times 1024 keys).
         block_size: query rows of one block of the tiled path, and key columns
             of one tile when it tiles the keys (default 256).
         seed: dropout seed.
+        rotary: rotary positions on queries and keys: ``None`` (none),
+            ``True`` (``RotaryEmbedding()``), a `RotaryEmbedding`, or a dict
+            of its arguments (``{"max_wavelength": 500, "interleaved":
+            False}``); needs an even ``key_dim``. ``get_config`` holds the
+            dict.
         **kwargs: base layer arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -159,9 +229,24 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> bool(np.allclose(step, out[:, :1], atol=1e-5))
     True
 
+    With rotary positions, a prompt fed into the cache, then one token:
+
+    >>> rope = MultiHeadAttention(num_heads=2, key_dim=4, rotary=True)
+    >>> full = rope(x, x, use_causal_mask=True)
+    >>> cache = rope.empty_cache(batch_size=2, max_length=5)
+    >>> _, cache = rope(x[:, :3], x[:, :3], cache=cache, cache_update_index=0,
+    ...                 use_causal_mask=True)
+    >>> step, cache = rope(x[:, 3:4], x[:, 3:4], cache=cache,
+    ...                    cache_update_index=3, use_causal_mask=True)
+    >>> bool(np.allclose(step, full[:, 3:4], atol=1e-5))
+    True
+
     References:
         Vaswani et al. Attention Is All You Need. NeurIPS 2017.
         https://arxiv.org/abs/1706.03762
+
+        Su et al. RoFormer: Enhanced Transformer with Rotary Position
+        Embedding. 2021. https://arxiv.org/abs/2104.09864
     """
 
     def __init__(
@@ -178,6 +263,7 @@ class MultiHeadAttention(keras.layers.Layer):
         tile_threshold=DEFAULT_TILE_THRESHOLD,
         block_size=DEFAULT_BLOCK_SIZE,
         seed=None,
+        rotary=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -193,6 +279,11 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         tile_threshold = check_positive_int(self, "tile_threshold", tile_threshold)
         block_size = check_positive_int(self, "block_size", block_size)
+        rotary = rotary_config(self, rotary)
+        if rotary is not None and key_dim % 2:
+            raise self._error(
+                "key_dim", "an even size with rotary positions", repr(key_dim)
+            )
         if output_shape is not None:
             dims = (output_shape,) if isinstance(output_shape, int) else output_shape
             try:
@@ -224,6 +315,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.tile_threshold = tile_threshold
         self.block_size = block_size
         self.seed = seed
+        self.rotary = rotary
 
     def _error(self, argument, expected, received):
         return input_error(self, argument, expected, received)
@@ -301,6 +393,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(
             self.dropout, seed=self.seed, dtype=self.dtype_policy
         )
+        self.rotary_embedding = None
+        if self.rotary is not None:
+            self.rotary_embedding = _rotary_layer(self.rotary, self.dtype_policy)
 
     def _check_shapes(self, query_shape, value_shape, key_shape):
         q, v, k = _static(query_shape), _static(value_shape), _static(key_shape)
@@ -344,6 +439,13 @@ class MultiHeadAttention(keras.layers.Layer):
             pass as ``cache`` with ``cache_update_index=None``.
         """
         self._require_cacheable()
+        if self.rotary is not None:
+            raise self._error(
+                "rotary",
+                "None for a cross-attention cache (rotary positions are for "
+                "self-attention)",
+                repr(self.rotary),
+            )
         key = value if key is None else key
         return ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
 
@@ -379,6 +481,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return impl
         if return_scores or dropping:
             return "direct"
+        if self.value_dim == self.key_dim and on_accelerator():
+            return "fused"  # the backend's kernel, whatever the lengths
         if None not in (tq, tk) and tq * tk > self.tile_threshold:
             return "tiled"
         fused = self.compute_dtype == "float32" and self.value_dim == self.key_dim
@@ -403,6 +507,13 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is None and cache_update_index is not None:
             raise self._error(
                 "cache", "a cache tensor along with cache_update_index", "None"
+            )
+        if cross_cache and self.rotary is not None:
+            raise self._error(
+                "cache_update_index",
+                "an index with rotary positions (a self-attention cache; "
+                "rotary positions do not apply to cross-attention)",
+                "None",
             )
         if value is None and not cross_cache:
             raise self._error(
@@ -442,6 +553,16 @@ class MultiHeadAttention(keras.layers.Layer):
             k = self.key_dense(_zero_steps(key, kv_mask))
             v = self.value_dense(_zero_steps(value, kv_mask))
             new_cache = None
+            if self.rotary is not None:
+                # Query i sits at key position i + Tk - Tq, as for the causal
+                # mask (the same positions in self-attention); both are
+                # shifted to start at 0 or more (only differences count).
+                shift = length(k) - length(q)
+                if isinstance(shift, int):
+                    starts = max(shift, 0), max(-shift, 0)
+                else:
+                    starts = ops.maximum(shift, 0), ops.maximum(-shift, 0)
+                q, k = self._rotate(q, starts[0]), self._rotate(k, starts[1])
         elif cross_cache:
             k, v = cache[:, 0], cache[:, 1]
             new_cache = cache
@@ -452,12 +573,12 @@ class MultiHeadAttention(keras.layers.Layer):
             new_mask = None
             if kv_mask is not None:  # the new tokens' slice of the cache mask
                 new_mask = ops.take(kv_mask, index + ops.arange(steps), axis=1)
+            new_keys = self.key_dense(_zero_steps(key, new_mask))
+            if self.rotary is not None:
+                q = self._rotate(q, index)
+                new_keys = self._rotate(new_keys, index)
             update = ops.stack(
-                [
-                    self.key_dense(_zero_steps(key, new_mask)),
-                    self.value_dense(_zero_steps(value, new_mask)),
-                ],
-                axis=1,
+                [new_keys, self.value_dense(_zero_steps(value, new_mask))], axis=1
             )
             zero = ops.zeros((), "int32")
             new_cache = ops.slice_update(
@@ -493,6 +614,10 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             result += (new_cache,)
         return result[0] if len(result) == 1 else result
+
+    def _rotate(self, x, start_index):
+        """``x`` ``[B, T, H, key_dim]`` rotated at positions ``start_index + t``."""
+        return ops.cast(self.rotary_embedding(x, start_index=start_index), x.dtype)
 
     def _score_dtype(self):
         # q . k overflows float16 at a few hundred times unit scale.
@@ -578,4 +703,5 @@ class MultiHeadAttention(keras.layers.Layer):
             "tile_threshold": self.tile_threshold,
             "block_size": self.block_size,
             "seed": self.seed,
+            "rotary": self.rotary,
         }

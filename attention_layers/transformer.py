@@ -18,7 +18,7 @@ from attention_layers.base import (
     static_shape,
 )
 from attention_layers.base import input_error as _input_error
-from attention_layers.multi_head import MultiHeadAttention
+from attention_layers.multi_head import MultiHeadAttention, rotary_config
 
 
 def _zero_padding(x, mask):
@@ -44,6 +44,7 @@ class _Block(keras.layers.Layer):
         bias_initializer="zeros",
         attention_implementation="auto",
         seed=None,
+        rotary=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -65,6 +66,11 @@ class _Block(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.attention_implementation = attention_implementation
         self.seed = seed
+        self.rotary = rotary_config(self, rotary)
+        if self.rotary is not None and key_dim is not None and key_dim % 2:
+            raise _input_error(
+                self, "key_dim", "an even size with rotary positions", repr(key_dim)
+            )
         self.supports_masking = True
 
     def _initializers(self):
@@ -97,15 +103,25 @@ class _Block(keras.layers.Layer):
                 f"multiple of num_heads ({self.num_heads})",
                 "None",
             )
+        head = self.key_dim or hidden // self.num_heads
+        if self.rotary is not None and head % 2:
+            raise _input_error(
+                self,
+                "key_dim",
+                "an even head size with rotary positions (set key_dim, or a "
+                "hidden_dim that is an even multiple of num_heads)",
+                f"head size {head} (hidden_dim {hidden}, {self.num_heads} heads)",
+            )
         return hidden
 
-    def _attention(self, name, query_shape, value_shape, hidden):
+    def _attention(self, name, query_shape, value_shape, hidden, rotary=None):
         layer = MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=self.key_dim or hidden // self.num_heads,
             dropout=self.dropout,
             implementation=self.attention_implementation,
             seed=self.seed,
+            rotary=rotary,
             dtype=self.dtype_policy,
             name=name,
             **self._initializers(),
@@ -179,6 +195,7 @@ class _Block(keras.layers.Layer):
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "attention_implementation": self.attention_implementation,
             "seed": self.seed,
+            "rotary": self.rotary,
         }
 
 
@@ -214,6 +231,9 @@ class TransformerEncoderBlock(_Block):
         attention_implementation: the ``implementation`` of the
             `MultiHeadAttention` sub-layers.
         seed: dropout seed.
+        rotary: rotary positions in the self-attention, the ``rotary`` of
+            `MultiHeadAttention` (``None``, ``True``, a `RotaryEmbedding` or a
+            dict of its arguments); then the inputs need no added positions.
         **kwargs: base layer arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -252,7 +272,7 @@ class TransformerEncoderBlock(_Block):
     def build(self, inputs_shape):
         hidden = self._hidden_dim(inputs_shape, "inputs")
         self.self_attention = self._attention(
-            "self_attention", inputs_shape, inputs_shape, hidden
+            "self_attention", inputs_shape, inputs_shape, hidden, self.rotary
         )
         self.self_attention_norm = self._norm("self_attention_norm", inputs_shape)
         self.self_attention_dropout = self._dropout("self_attention_dropout")
@@ -342,6 +362,9 @@ class TransformerDecoderBlock(_Block):
         attention_implementation: the ``implementation`` of the
             `MultiHeadAttention` sub-layers.
         seed: dropout seed.
+        rotary: rotary positions in the self-attention, the ``rotary`` of
+            `MultiHeadAttention` (``None``, ``True``, a `RotaryEmbedding` or a
+            dict of its arguments); then the inputs need no added positions.
         **kwargs: base layer arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -359,7 +382,7 @@ class TransformerDecoderBlock(_Block):
         self_attention_cache: ``[B, 2, L, num_heads, key_dim]`` or None.
         self_attention_cache_update_index: where the new tokens are written
             in the self-attention cache (int or scalar int tensor); also
-            their position for the causal mask.
+            their position for the causal mask and for ``rotary``.
         cross_attention_cache: ``[B, 2, S, num_heads, key_dim]`` from
             ``block.cross_attention.compute_cache(memory)``, or None.
         use_causal_mask: the causal self-attention mask (True by default).
@@ -402,7 +425,9 @@ class TransformerDecoderBlock(_Block):
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         hidden = self._hidden_dim(decoder_sequence_shape, "decoder_sequence")
         shape = decoder_sequence_shape
-        self.self_attention = self._attention("self_attention", shape, shape, hidden)
+        self.self_attention = self._attention(
+            "self_attention", shape, shape, hidden, self.rotary
+        )
         self.self_attention_norm = self._norm("self_attention_norm", shape)
         self.self_attention_dropout = self._dropout("self_attention_dropout")
         self.has_cross_attention = encoder_sequence_shape is not None

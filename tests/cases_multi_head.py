@@ -31,6 +31,23 @@ CASES = [
         partial(al.MultiHeadAttention, num_heads=3, key_dim=2, value_dim=4),
         heads_axis=1,
     ),
+    # Rotary positions on queries and keys; query i sits at position
+    # i + Tv - Tq (the causal mask's convention), so the cross-shaped inputs
+    # of the contract are read as the last Tq steps of the memory.
+    Case(
+        "multi_head_rotary",
+        partial(
+            al.MultiHeadAttention,
+            num_heads=2,
+            key_dim=4,
+            rotary={"max_wavelength": 100, "interleaved": False},
+        ),
+        heads_axis=1,
+        bad_ctor=[
+            ({"rotary": "yes"}, "rotary"),
+            ({"key_dim": 3}, "key_dim"),
+        ],
+    ),
     # tile_threshold=1 sends every call that returns no scores (the XLA and
     # tf.distribute training steps) through the tiled path, 2 x 2 tiles over
     # lengths 4 and 5; calls that return scores fall back to the direct path.

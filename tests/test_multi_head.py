@@ -527,3 +527,206 @@ def test_bad_arguments_raise_clear_errors():
     ]
     for argument, fn in checks:
         assert_clear_error(cls, argument, fn)
+
+
+# -- rotary positions ------------------------------------------------------------
+def rotate(x, start, wavelength=10000.0, interleaved=True):
+    """RoPE in numpy on ``x`` ``[B, T, H, d]`` at positions ``start + t``."""
+    d = x.shape[-1]
+    theta = wavelength ** (-np.arange(d // 2) * 2.0 / d)
+    angle = (start + np.arange(x.shape[1]))[:, None] * theta  # [T, d/2]
+    cos, sin = np.cos(angle)[None, :, None], np.sin(angle)[None, :, None]
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = a * cos - b * sin, b * cos + a * sin
+        return out
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
+
+
+def rotary_layer(implementation="auto", rotary=True, **kwargs):
+    kwargs = {"num_heads": 2, "key_dim": 4, "block_size": 2, **kwargs}
+    return al.MultiHeadAttention(implementation=implementation, rotary=rotary, **kwargs)
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("implementation", PATHS + TILED_PATHS[1:])
+def test_rotary_equals_numpy_rotate_then_attend(
+    implementation, interleaved, monkeypatch
+):
+    rotary = {"max_wavelength": 50, "interleaved": interleaved}
+    layer = rotary_layer(path(implementation, monkeypatch), rotary)
+    x = RNG.normal(size=(B, TV, D)).astype("float32")
+    layer(x, x)
+    wq, bq, wk, bk, wv, bv, wo, bo = layer.get_weights()
+
+    def project(w, b, t):
+        return np.einsum("btd,dhk->bthk", x[:, -t:], w) + b
+
+    for tq in (TV, 3):  # self-attention, and the last 3 queries
+        q = rotate(project(wq, bq, tq), TV - tq, 50.0, interleaved)
+        k = rotate(project(wk, bk, TV), 0, 50.0, interleaved)
+        s = np.einsum("bqhd,bkhd->bhqk", q, k) / 2.0  # sqrt(key_dim)
+        s = np.where(np.tril(np.ones((tq, TV), bool), TV - tq), s, -np.inf)
+        w = np.exp(s - s.max(-1, keepdims=True))
+        w /= w.sum(-1, keepdims=True)
+        heads = np.einsum("bhqk,bkhd->bqhd", w, project(wv, bv, TV))
+        want = np.einsum("bqhd,hdo->bqo", heads, wo) + bo
+        got = layer(x[:, -tq:], x, use_causal_mask=True)
+        np.testing.assert_allclose(to_numpy(got), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", PATHS)
+def test_rotary_cache_equals_the_full_causal_call(implementation):
+    layer = rotary_layer(implementation)
+    layer(Q, Q)
+    full = to_numpy(layer(Q, Q, use_causal_mask=True))
+    # A prompt of 2 tokens fed into the cache at once, then one at a time;
+    # the index as a tensor (as in a compiled loop), and as a Python int.
+    for as_tensor in (True, False) if implementation == "direct" else (True,):
+        cache = layer.empty_cache(B, TQ + 1)
+        out, cache = layer(
+            Q[:, :2], Q[:, :2], cache=cache, cache_update_index=0, use_causal_mask=True
+        )
+        steps = [to_numpy(out)]
+        for t in range(2, TQ):
+            index = keras.ops.convert_to_tensor(t, "int32") if as_tensor else t
+            token = Q[:, t : t + 1]
+            out, cache = layer(
+                token,
+                token,
+                cache=cache,
+                cache_update_index=index,
+                use_causal_mask=True,
+            )
+            steps.append(to_numpy(out))
+        np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
+def test_rotary_cache_in_a_compiled_loop():
+    layer = rotary_layer()
+    layer(Q, Q)
+    full = to_numpy(layer(Q, Q, use_causal_mask=True))
+    ops = keras.ops
+
+    def decode(x):
+        def body(t, state):
+            cache, outputs = state
+            token = ops.take(x, ops.expand_dims(t, 0), axis=1)
+            out, cache = layer(
+                token, token, cache=cache, cache_update_index=t, use_causal_mask=True
+            )
+            return cache, ops.slice_update(outputs, [0, t, 0], out)
+
+        state = (layer.empty_cache(B, TQ), ops.zeros_like(x))
+        return ops.fori_loop(0, TQ, body, state)[1]
+
+    np.testing.assert_allclose(to_numpy(compiled(decode)(Q)), full, atol=1e-5)
+
+
+def test_rotary_scores_depend_on_relative_positions_only():
+    layer = rotary_layer("direct")
+    layer(Q, Q)
+    _, want = layer(Q, Q, use_causal_mask=True, return_attention_scores=True)
+    shift = 1000
+    # The same tokens at positions shift..shift+T-1: written into a cache at
+    # that index, the empty slots before it masked out.
+    cache = layer.empty_cache(B, shift + TQ)
+    value_mask = np.arange(shift + TQ)[None].repeat(B, 0) >= shift
+    _, got, _ = layer(
+        Q,
+        Q,
+        cache=cache,
+        cache_update_index=shift,
+        value_mask=value_mask,
+        use_causal_mask=True,
+        return_attention_scores=True,
+    )
+    got = to_numpy(got)
+    np.testing.assert_allclose(got[..., shift:], to_numpy(want), atol=1e-5)
+    assert (got[..., :shift] == 0).all()
+    # Without rotary positions the scores did not depend on positions at all;
+    # with them they do (a check that the rotation is applied).
+    plain = al.MultiHeadAttention(num_heads=2, key_dim=4)
+    plain(Q, Q)
+    plain.set_weights(layer.get_weights())
+    _, unrotated = plain(Q, Q, use_causal_mask=True, return_attention_scores=True)
+    assert not np.allclose(to_numpy(unrotated), to_numpy(want), atol=1e-3)
+
+
+def test_rotary_config_and_keras_file_round_trip(tmp_path):
+    for rotary, want in [
+        (True, {"max_wavelength": 10000, "scaling_factor": 1.0, "interleaved": True}),
+        (
+            al.RotaryEmbedding(max_wavelength=500, interleaved=False),
+            {"max_wavelength": 500, "scaling_factor": 1.0, "interleaved": False},
+        ),
+        (
+            {"scaling_factor": 2.0},
+            {"max_wavelength": 10000, "scaling_factor": 2.0, "interleaved": True},
+        ),
+    ]:
+        layer = rotary_layer(rotary=rotary)
+        config = layer.get_config()
+        assert config["rotary"] == want
+        assert al.MultiHeadAttention.from_config(config).get_config() == config
+    assert rotary_layer(rotary=None).get_config()["rotary"] is None
+    query = keras.Input((TQ, D))
+    model = keras.Model(query, layer(query, query, use_causal_mask=True))
+    expected = model.predict(Q, verbose=0)
+    file = str(tmp_path / "rotary.keras")
+    model.save(file)
+    loaded = keras.saving.load_model(file)  # no custom_objects
+    assert loaded.layers[-1].rotary == want
+    np.testing.assert_allclose(loaded.predict(Q, verbose=0), expected, atol=1e-6)
+
+
+def test_rotary_bad_arguments_raise_clear_errors():
+    cls = al.MultiHeadAttention
+    for kwargs, argument in [
+        ({"rotary": "yes"}, "rotary"),
+        ({"rotary": {"max_wavelength": 1}}, "rotary"),
+        ({"rotary": {"base": 10}}, "rotary"),
+        ({"key_dim": 3}, "key_dim"),
+    ]:
+        assert_clear_error(cls, argument, lambda kw=kwargs: rotary_layer(**kw))
+    layer = rotary_layer()
+    layer(Q, V)
+    cache = layer.empty_cache(B, TV)
+    assert_clear_error(cls, "rotary", lambda: layer.compute_cache(V))
+    assert_clear_error(cls, "cache_update_index", lambda: layer(Q, None, cache=cache))
+
+
+# -- "auto" on accelerators ------------------------------------------------------
+def test_auto_takes_the_fused_kernel_on_accelerators(monkeypatch):
+    from attention_layers import multi_head
+
+    assert multi_head.on_accelerator() is False  # these tests run on CPU
+    long = 4096
+    for devices, accelerator in [(["gpu:0"], True), (["tpu:0"], True)]:
+        monkeypatch.setattr(keras.distribution, "list_devices", lambda d=devices: d)
+        assert multi_head.on_accelerator.__wrapped__() is accelerator
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: ["cpu:0"])
+    assert multi_head.on_accelerator.__wrapped__() is False
+
+    layer, uneven = layer_on(), layer_on(value_dim=4)
+    assert layer._choose(False, False, long, long) == "tiled"  # CPU
+    monkeypatch.setattr(multi_head, "on_accelerator", lambda: True)
+    assert layer._choose(False, False, long, long) == "fused"
+    assert layer._choose(False, False, None, None) == "fused"
+    assert layer._choose(False, True, long, long) == "direct"  # scores
+    assert uneven._choose(False, False, long, long) == "tiled"  # two head sizes
+    assert uneven._choose(False, False, 2, 2) == "direct"
+    assert layer_on(dtype="mixed_bfloat16")._choose(False, False, 2, 2) == "fused"
+    # The call takes the fused path and gives the direct path's numbers.
+    direct = layer_on("direct")
+    direct(Q, V)
+    auto = same_weights(layer_on(tile_threshold=1), direct, Q, V)
+    taken = []
+    fused = auto._fused
+    monkeypatch.setattr(auto, "_fused", lambda *a: taken.append(1) or fused(*a))
+    np.testing.assert_allclose(
+        to_numpy(auto(Q, V, **masks())), to_numpy(direct(Q, V, **masks())), atol=1e-5
+    )
+    assert taken

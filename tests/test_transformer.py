@@ -219,20 +219,75 @@ def test_one_token_at_a_time_equals_the_full_call(norm_first, with_memory):
     np.testing.assert_allclose(np_(out2), full[:, 2:4], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("with_memory", [True, False])
+def test_rotary_block_one_token_at_a_time_equals_the_full_call(with_memory):
+    block = decoder(norm_first=True, rotary=True)
+    x, memory = arrays()
+    _, enc = masks()
+    kwargs = {}
+    if with_memory:
+        full = np_(block(x, memory, encoder_padding_mask=enc))
+        cross = block.cross_attention.compute_cache(memory)
+        kwargs = {"cross_attention_cache": cross, "encoder_padding_mask": enc}
+    else:
+        full = np_(block(x))
+    assert block.self_attention.rotary is not None
+    if with_memory:
+        assert block.cross_attention.rotary is None
+
+    def step(xt, cache, index):
+        out, cache, _ = block(
+            xt,
+            self_attention_cache=cache,
+            self_attention_cache_update_index=index,
+            **kwargs,
+        )
+        return out, cache
+
+    # A prompt of 2 tokens through the cache, then one at a time, compiled
+    # with a tensor index.
+    compiled = jit(step)
+    cache = block.self_attention.empty_cache(B, T + 1)
+    out, cache = step(x[:, :2], cache, 0)
+    np.testing.assert_allclose(np_(out), full[:, :2], rtol=1e-4, atol=1e-5)
+    for t in range(2, T):
+        index = keras.ops.convert_to_tensor(t, "int32")
+        out, cache = compiled(x[:, t : t + 1], cache, index)
+        np.testing.assert_allclose(np_(out)[:, 0], full[:, t], rtol=1e-4, atol=1e-4)
+
+
+def test_rotary_encoder_block_is_order_aware():
+    """Without positions an encoder block is permutation equivariant; rotary
+    positions in its self-attention break that symmetry."""
+    x, _ = arrays()
+    block = encoder(rotary=True)
+    plain = encoder()
+    out, scores = block(x, return_attention_scores=True)
+    plain(x)
+    plain.set_weights(block.get_weights())
+    assert not np.allclose(np_(plain(x)), np_(out), atol=1e-3)
+    flipped = np_(plain(x[:, ::-1]))
+    np.testing.assert_allclose(flipped[:, ::-1], np_(plain(x)), atol=1e-5)
+    assert not np.allclose(np_(block(x[:, ::-1]))[:, ::-1], np_(out), atol=1e-3)
+    assert tuple(scores.shape) == (B, 2, T, T)
+
+
 # -- the step function for the decoders -----------------------------------------------
 V = 11
 
 
-def seq2seq(num_blocks=2):
+def seq2seq(num_blocks=2, rotary=None):
+    """With ``rotary`` the blocks rotate and no positions are added."""
     embedding = keras.layers.Embedding(V, D)
-    blocks = [decoder(norm_first=True) for _ in range(num_blocks)]
+    blocks = [decoder(norm_first=True, rotary=rotary) for _ in range(num_blocks)]
     final_norm = keras.layers.LayerNormalization()
     dense = keras.layers.Dense(V)
-    position = al.SinusoidalPositionEncoding()
+    position = None if rotary else al.SinusoidalPositionEncoding()
 
     def full_logits(ids, memory, memory_mask):
         x = embedding(ids)
-        x = x + position(x)
+        if position is not None:
+            x = x + position(x)
         for block in blocks:
             x = block(x, memory, encoder_padding_mask=memory_mask)
         return dense(final_norm(x))
@@ -243,10 +298,11 @@ def seq2seq(num_blocks=2):
     return embedding, blocks, projection, position, full_logits
 
 
-def test_greedy_search_equals_argmax_of_the_full_model():
+@pytest.mark.parametrize("rotary", [None, True])
+def test_greedy_search_equals_argmax_of_the_full_model(rotary):
     _, memory = arrays(1, scale=3.0)
     _, enc = masks()
-    embedding, blocks, projection, position, full_logits = seq2seq()
+    embedding, blocks, projection, position, full_logits = seq2seq(rotary=rotary)
     start = np.array([1, 1, 1], "int32")
     full_logits(start[:, None], memory, enc)  # build
     max_length = 6
@@ -306,9 +362,10 @@ def test_beam_search_runs_on_tiled_state():
     )
 
 
-def test_decoder_only_step_function():
+@pytest.mark.parametrize("rotary", [None, {"max_wavelength": 20}])
+def test_decoder_only_step_function(rotary):
     embedding = keras.layers.Embedding(V, D)
-    block = decoder()
+    block = decoder(rotary=rotary)
     dense = keras.layers.Dense(V)
     start = np.array([1, 2, 3], "int32")
     x = embedding(start[:, None])
@@ -379,8 +436,27 @@ def test_config_round_trip(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_keras_file_round_trip(kind, tmp_path):
-    model = model_for(kind, make(kind))
+def test_rotary_config_round_trip(kind):
+    layer = make(kind, rotary={"max_wavelength": 100, "interleaved": False})
+    f = feed(kind)
+    out = np_(call(kind, layer, f))
+    config = layer.get_config()
+    want = {"max_wavelength": 100, "scaling_factor": 1.0, "interleaved": False}
+    assert config["rotary"] == want
+    assert layer.self_attention.rotary == want
+    if kind == "decoder":
+        assert layer.cross_attention.rotary is None
+    clone = layer.__class__.from_config(config)
+    assert clone.get_config() == config
+    call(kind, clone, f)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_array_equal(np_(call(kind, clone, f)), out)
+
+
+@pytest.mark.parametrize("rotary", [None, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_keras_file_round_trip(kind, rotary, tmp_path):
+    model = model_for(kind, make(kind, rotary=rotary))
     f = feed(kind)
     expected = model.predict(f, verbose=0)["output"]
     path = os.path.join(tmp_path, f"{kind}.keras")
@@ -452,6 +528,13 @@ def test_bad_input():
     err(enc_cls, "key_dim", lambda: encoder()(x[..., :7]))
     err(enc_cls, "num_heads", lambda: encoder(num_heads=0))
     err(enc_cls, "dropout", lambda: encoder(dropout=1.0))
+    err(enc_cls, "rotary", lambda: encoder(rotary="yes"))
+    err(dec_cls, "rotary", lambda: decoder(rotary={"max_wavelength": 0}))
+    err(enc_cls, "key_dim", lambda: encoder(key_dim=3, rotary=True))
+    err(dec_cls, "key_dim", lambda: decoder(num_heads=8, rotary=True)(x))  # 8 / 8
+    rotary = decoder(rotary=True)
+    rotary(x, memory)
+    assert rotary.cross_attention.rotary is None  # cross-attention never rotates
     err(dec_cls, "decoder_sequence", lambda: decoder()(x[0]))
     err(dec_cls, "encoder_sequence", lambda: decoder()(x, memory[0]))
     only = decoder()

@@ -72,6 +72,8 @@ def transformer_step_fn(embedding, blocks, projection, position_encoding=None):
     output to logits. The alignment is the last block's cross-attention
     averaged over heads (None for decoder-only blocks). The state comes from
     `transformer_initial_state`; for beam search tile it with `tile_beams`.
+    Blocks built with ``rotary`` rotate each step's query and key at the
+    step index (the cache index), so they need no ``position_encoding``.
 
     Args:
         embedding: a layer from token ids ``[N, 1]`` to ``[N, 1, hidden_dim]``
