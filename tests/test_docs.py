@@ -35,13 +35,22 @@ def python_blocks(page):
 
 PAGES = sorted(DOCS.rglob("*.md"))
 PAGES_WITH_CODE = [p for p in PAGES if python_blocks(p)]
+# Pages whose examples are real training runs: `make test-slow` runs them.
+# (examples/dates.md trains the dates model for 6 epochs; `make test` runs the
+# same script, examples/dates_demo.py, through tests/test_demo.py.)
+SLOW_PAGES = {"examples/dates.md"}
 
 
 def page_id(page):
     return page.relative_to(DOCS).as_posix()
 
 
-@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=page_id)
+def page_param(page):
+    marks = [pytest.mark.slow] if page_id(page) in SLOW_PAGES else []
+    return pytest.param(page, id=page_id(page), marks=marks)
+
+
+@pytest.mark.parametrize("page", [page_param(p) for p in PAGES_WITH_CODE])
 def test_python_blocks_run(page):
     namespace = {"__name__": f"docs_{page.stem}"}
     for first_line, source in python_blocks(page):
