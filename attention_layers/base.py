@@ -126,6 +126,16 @@ def fresh_initializer(initializer, index=0):
     return initializer.__class__.from_config(config)
 
 
+def score_dtype(compute_dtype):
+    """Dtype for products of unbounded activations: float32 under float16.
+
+    ``q . k`` overflows float16 (max 65504) at a few hundred times unit
+    scale, so score products are taken in float32 there; bfloat16 has the
+    float32 range and keeps its own dtype.
+    """
+    return "float32" if compute_dtype == "float16" else compute_dtype
+
+
 def check_float(layer, argument, x):
     """Raise ``input_error`` unless ``x`` has a floating-point dtype."""
     dtype = keras.backend.standardize_dtype(x.dtype)
@@ -229,13 +239,7 @@ class ScoreAttention(keras.layers.Layer):
         return input_error(self, argument, expected, received)
 
     def _score_dtype(self):
-        """Dtype for products of unbounded activations: float32 under float16.
-
-        ``q . k`` overflows float16 (max 65504) at a few hundred times unit
-        scale, so score products are taken in float32 there; bfloat16 has the
-        float32 range and keeps its own dtype.
-        """
-        return "float32" if self.compute_dtype == "float16" else self.compute_dtype
+        return score_dtype(self.compute_dtype)
 
     # -- Keras plumbing -----------------------------------------------------
     def build(self, query_shape, value_shape, key_shape=None):

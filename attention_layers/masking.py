@@ -64,18 +64,15 @@ def merge_masks(
     [[[1, 1, 0], [1, 1, 0]]]
     """
     mask = None
-
-    def _and(a, b):
-        return b if a is None else ops.logical_and(a, b)
-
     if query_mask is not None:
-        mask = _and(mask, ops.expand_dims(as_bool(query_mask), -1))
+        mask = and_masks(mask, ops.expand_dims(as_bool(query_mask), -1))
     if value_mask is not None:
-        mask = _and(mask, ops.expand_dims(as_bool(value_mask), -2))
+        mask = and_masks(mask, ops.expand_dims(as_bool(value_mask), -2))
     if attention_mask is not None:
-        mask = _and(mask, as_bool(attention_mask))
+        mask = and_masks(mask, attention_mask)
     if use_causal_mask:
-        mask = _and(mask, ops.expand_dims(causal_mask(query_length, value_length), 0))
+        causal = ops.expand_dims(causal_mask(query_length, value_length), 0)
+        mask = and_masks(mask, causal)
     if mask is not None and value_length is not None:
         # Broadcast [B, Tq, 1] or [B, 1, Tv] pieces to the full [B, Tq, Tv].
         shape = ops.shape(mask)
@@ -107,11 +104,30 @@ def masked_softmax(scores, mask=None, axis=-1):
 
 
 def zero_masked(x, mask):
-    """Zero the time steps of ``x`` ``[B, T, D]`` where ``mask`` ``[B, T]`` is False.
+    """Zero the time steps (axis 1) of ``x`` ``[B, T, ...]`` where ``mask``
+    ``[B, T]`` (or ``[B, T, ...]``, fewer axes than ``x``) is False.
 
-    Used on values and keys so that NaN or inf stored under padding cannot leak
-    through ``weights @ values`` (``0 * NaN`` is NaN).
+    Used on queries, keys, values and outputs so that NaN or inf stored under
+    padding cannot leak through ``weights @ values`` (``0 * NaN`` is NaN):
+    ``where`` selects, it does not multiply.
+
+    >>> import numpy as np
+    >>> x = np.array([[[1.0, 2.0], [np.nan, 3.0]]], "float32")
+    >>> np.asarray(zero_masked(x, np.array([[True, False]]))).tolist()
+    [[[1.0, 2.0], [0.0, 0.0]]]
     """
     if mask is None:
         return x
-    return ops.where(ops.expand_dims(as_bool(mask), -1), x, ops.zeros_like(x))
+    mask = as_bool(mask)
+    while len(mask.shape) < len(x.shape):
+        mask = ops.expand_dims(mask, -1)
+    return ops.where(mask, x, ops.zeros_like(x))
+
+
+def and_masks(a, b):
+    """``a AND b`` as booleans, where ``None`` means "everything may attend"."""
+    if a is None:
+        return as_bool(b)
+    if b is None:
+        return as_bool(a)
+    return ops.logical_and(as_bool(a), as_bool(b))

@@ -27,6 +27,7 @@ from attention_layers.base import (
     check_mask_shape,
     check_positive_int,
     input_error,
+    score_dtype,
 )
 from attention_layers.base import static_shape as _static
 from attention_layers.positional import RotaryEmbedding
@@ -86,24 +87,6 @@ def _rotary_layer(config, dtype):
     return layer.__class__.from_config(
         {**layer.get_config(), "dtype": dtype, "name": "rotary_embedding"}
     )
-
-
-def _zero_steps(x, mask):
-    """Zero the steps (axis 1) of ``x`` ``[B, T, ...]`` where ``mask`` is False."""
-    if mask is None:
-        return x
-    mask = masking.as_bool(mask)
-    while len(mask.shape) < len(x.shape):
-        mask = ops.expand_dims(mask, -1)
-    return ops.where(mask, x, ops.zeros_like(x))
-
-
-def _and_masks(a, b):
-    if a is None:
-        return None if b is None else masking.as_bool(b)
-    if b is None:
-        return masking.as_bool(a)
-    return ops.logical_and(masking.as_bool(a), masking.as_bool(b))
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -545,13 +528,13 @@ class MultiHeadAttention(keras.layers.Layer):
         impl = self._choose(training, return_attention_scores, tq, tk)
 
         query_mask = masking.as_bool(query_mask)
-        kv_mask = _and_masks(value_mask, key_mask)
-        query = _zero_steps(query, query_mask)
+        kv_mask = masking.and_masks(value_mask, key_mask)
+        query = masking.zero_masked(query, query_mask)
         q = self.query_dense(query)
         offset = None
         if cache is None:
-            k = self.key_dense(_zero_steps(key, kv_mask))
-            v = self.value_dense(_zero_steps(value, kv_mask))
+            k = self.key_dense(masking.zero_masked(key, kv_mask))
+            v = self.value_dense(masking.zero_masked(value, kv_mask))
             new_cache = None
             if self.rotary is not None:
                 # Query i sits at key position i + Tk - Tq, as for the causal
@@ -573,12 +556,13 @@ class MultiHeadAttention(keras.layers.Layer):
             new_mask = None
             if kv_mask is not None:  # the new tokens' slice of the cache mask
                 new_mask = ops.take(kv_mask, index + ops.arange(steps), axis=1)
-            new_keys = self.key_dense(_zero_steps(key, new_mask))
+            new_keys = self.key_dense(masking.zero_masked(key, new_mask))
             if self.rotary is not None:
                 q = self._rotate(q, index)
                 new_keys = self._rotate(new_keys, index)
             update = ops.stack(
-                [new_keys, self.value_dense(_zero_steps(value, new_mask))], axis=1
+                [new_keys, self.value_dense(masking.zero_masked(value, new_mask))],
+                axis=1,
             )
             zero = ops.zeros((), "int32")
             new_cache = ops.slice_update(
@@ -592,8 +576,8 @@ class MultiHeadAttention(keras.layers.Layer):
             if use_causal_mask:
                 offset = index
         if cache is not None:
-            k = _zero_steps(k, kv_mask)
-            v = _zero_steps(v, kv_mask)
+            k = masking.zero_masked(k, kv_mask)
+            v = masking.zero_masked(v, kv_mask)
         if use_causal_mask and offset is None:
             offset = length(k) - length(q)
         masks = Masks(
@@ -620,8 +604,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.cast(self.rotary_embedding(x, start_index=start_index), x.dtype)
 
     def _score_dtype(self):
-        # q . k overflows float16 at a few hundred times unit scale.
-        return "float32" if self.compute_dtype == "float16" else self.compute_dtype
+        return score_dtype(self.compute_dtype)
 
     def _scaled_query(self, q):
         dtype = self._score_dtype()
@@ -679,7 +662,7 @@ class MultiHeadAttention(keras.layers.Layer):
             mask=mask,
             scale=1.0 / math.sqrt(self.key_dim),
         )
-        return _zero_steps(context, rows)
+        return masking.zero_masked(context, rows)
 
     def _tiled(self, q, k, v, masks):
         return tiled_attention(self._scaled_query(q), k, v, masks, self.block_size)

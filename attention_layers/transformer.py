@@ -21,13 +21,6 @@ from attention_layers.base import input_error as _input_error
 from attention_layers.multi_head import MultiHeadAttention, rotary_config
 
 
-def _zero_padding(x, mask):
-    """``x`` with padded time steps set to 0 (``where``: NaN there never leaks)."""
-    if mask is None:
-        return x
-    return ops.where(ops.expand_dims(masking.as_bool(mask), -1), x, ops.zeros_like(x))
-
-
 class _Block(keras.layers.Layer):
     """What the encoder and decoder blocks share: arguments, sub-layers, config."""
 
@@ -298,7 +291,7 @@ class TransformerEncoderBlock(_Block):
             self, "attention_mask", attention_mask, (batch, length, length)
         )
         padding_mask = masking.as_bool(padding_mask)
-        x = _zero_padding(inputs, padding_mask)
+        x = masking.zero_masked(inputs, padding_mask)
 
         def attend(y):
             return self.self_attention(
@@ -314,7 +307,7 @@ class TransformerEncoderBlock(_Block):
         x, *scores = self._residual(
             x, self.self_attention_norm, self.self_attention_dropout, attend, training
         )
-        x = _zero_padding(self._feed_forward(x, training), padding_mask)
+        x = masking.zero_masked(self._feed_forward(x, training), padding_mask)
         return (x, scores[0]) if return_attention_scores else x
 
     def compute_mask(self, inputs, mask=None):
@@ -513,7 +506,7 @@ class TransformerDecoderBlock(_Block):
             )
         dec_mask = masking.as_bool(decoder_padding_mask)
         enc_mask = masking.as_bool(encoder_padding_mask)
-        x = _zero_padding(decoder_sequence, dec_mask)
+        x = masking.zero_masked(decoder_sequence, dec_mask)
         cached = self_attention_cache is not None
 
         def self_attend(y):
@@ -572,7 +565,7 @@ class TransformerDecoderBlock(_Block):
                 scores["cross_attention"] = weights
                 scores["alignment"] = ops.mean(weights, axis=1)
 
-        x = _zero_padding(self._feed_forward(x, training), dec_mask)
+        x = masking.zero_masked(self._feed_forward(x, training), dec_mask)
         result = (x,)
         if return_attention_scores:
             result += (scores,)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sacrebleu.metrics import BLEU, CHRF
 
 from tests.pipelines.contract import QUIET, cli
 
@@ -41,15 +42,24 @@ def test_evaluate_scores_with_sacrebleu_and_keeps_every_decoding(case, tmp_path,
     assert code == 0, capfd.readouterr().err[-2000:]
     metrics = json.loads((run / "metrics.json").read_text())
     assert set(metrics["decoding"]) == {"greedy", "beam3"}
-    for scores in metrics["decoding"].values():
-        assert 0.0 <= scores["bleu"] <= 100.0
-        assert 0.0 <= scores["chrf"] <= 100.0
-        assert scores["sentences"] == 16
-        assert "nrefs:1" in scores["bleu_signature"]
-        assert sum(r["sentences"] for r in scores["by_source_length"]) == 16
     lines = (run / "translations.tsv").read_text().splitlines()
     assert lines[0].split("\t") == ["source", "reference", "greedy", "beam3"]
     assert len(lines) == 17 and all(len(line.split("\t")) == 4 for line in lines)
+    columns = list(zip(*(line.split("\t") for line in lines[1:]), strict=True))
+    references = list(columns[1])
+    for column, name in ((2, "greedy"), (3, "beam3")):
+        scores, hypotheses = metrics["decoding"][name], list(columns[column])
+        # The stored scores are sacrebleu's on the rows written for that decoding.
+        bleu, chrf = BLEU(), CHRF()
+        want = bleu.corpus_score(hypotheses, [references]).score
+        assert scores["bleu"] == round(want, 2), name
+        want = chrf.corpus_score(hypotheses, [references]).score
+        assert scores["chrf"] == round(want, 2), name
+        assert scores["bleu_signature"] == str(bleu.get_signature())
+        exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
+        assert scores["exact_match"] == round(exact / 16, 4), name
+        assert scores["sentences"] == 16
+        assert sum(r["sentences"] for r in scores["by_source_length"]) == 16
     assert len(metrics["heatmaps"]) == 3
     for path in metrics["heatmaps"]:
         assert Path(path).stat().st_size > 2000
