@@ -71,19 +71,16 @@ def combine(masks, q_pos, k_pos, query=None, kv=None, pair=None):
     ``kv``, ``pair`` the tile's slices of the mask sources.
     """
     mask = None
-
-    def _and(a, b):
-        return b if a is None else ops.logical_and(a, b)
-
     if query is not None:
-        mask = _and(mask, ops.expand_dims(query, -1))
+        mask = masking.and_masks(mask, ops.expand_dims(query, -1))
     if kv is not None:
-        mask = _and(mask, ops.expand_dims(kv, -2))
+        mask = masking.and_masks(mask, ops.expand_dims(kv, -2))
     if pair is not None:
-        mask = _and(mask, pair)
+        mask = masking.and_masks(mask, pair)
     if masks.causal_offset is not None:
         row = ops.expand_dims(q_pos + masks.causal_offset, 1)
-        mask = _and(mask, ops.expand_dims(row >= ops.expand_dims(k_pos, 0), 0))
+        causal = ops.expand_dims(row >= ops.expand_dims(k_pos, 0), 0)
+        mask = masking.and_masks(mask, causal)
     return mask
 
 
@@ -231,7 +228,7 @@ def block_masks(masks, layout):
         kv = pad_steps(masking.as_bool(kv), pad_k, value=False)
     if not (isinstance(pad_k, int) and pad_k == 0):
         valid = ops.expand_dims(ops.arange(tk + pad_k) < tk, 0)  # [1, Tk_pad]
-        kv = valid if kv is None else ops.logical_and(kv, valid)
+        kv = masking.and_masks(kv, valid)
     query_mask, pair = masks.query, masks.pair
     if query_mask is not None:
         query_mask = pad_steps(query_mask, pad_q, value=False)
