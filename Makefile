@@ -27,9 +27,12 @@ test: $(STAMP) lint
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" KERAS_BACKEND=jax $(PYTEST) -n 2 -m "not slow"
 
-## test-slow: real training runs to their stated accuracy.
+## test-slow: real training runs to their stated accuracy, and the docs
+## examples on JAX (make test runs them on TensorFlow).
 test-slow: $(STAMP)
 	$(PYTEST) -m slow
+	XLA_FLAGS="$(TEST_XLA_FLAGS)" KERAS_BACKEND=jax ATTENTION_LAYERS_DOCS_ON_JAX=1 \
+		$(PYTEST) -n 2 tests/test_docs.py -k test_python_blocks_run
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -35,16 +35,27 @@ if keras.backend.backend() == "tensorflow":
     )
 
 
+# The examples of the docs pages run in the TensorFlow half of `make test`;
+# `make test-slow` runs the layer pages on JAX as well (this variable set).
+DOCS_ON_JAX = os.environ.get("ATTENTION_LAYERS_DOCS_ON_JAX") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
     if keras.backend.backend() == "tensorflow":
         return
     skip = pytest.mark.skip(reason="needs the TensorFlow backend")
+    skip_docs = pytest.mark.skip(
+        reason="docs examples run on JAX in make test-slow "
+        "(ATTENTION_LAYERS_DOCS_ON_JAX=1)"
+    )
     for item in items:
         # The pipelines are TensorFlow programs (tf.data, tf-text, SavedModels):
         # their doctests and pages run once, in the TensorFlow half.
         pipeline_docs = "test_python_blocks_run[pipelines/" in item.nodeid
         if "tf_only" in item.keywords or pipeline_docs or _in_pipelines(item):
             item.add_marker(skip)
+        elif "test_python_blocks_run[" in item.nodeid and not DOCS_ON_JAX:
+            item.add_marker(skip_docs)
 
 
 def _in_pipelines(item) -> bool:
