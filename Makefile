@@ -30,7 +30,7 @@ test: $(STAMP) lint
 ## test-slow: real training runs to their stated accuracy, and the docs
 ## examples on JAX (make test runs them on TensorFlow).
 test-slow: $(STAMP)
-	$(PYTEST) -m slow
+	$(PYTEST) -n 2 -m slow
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" KERAS_BACKEND=jax ATTENTION_LAYERS_DOCS_ON_JAX=1 \
 		$(PYTEST) -n 2 tests/test_docs.py -k test_python_blocks_run
 
