@@ -213,6 +213,23 @@ def run_without_library(export_dir, feed, tmp_path):
     return got
 
 
+def assert_served_without_library(models, tmp_path, rtol=1e-5, atol=1e-6):
+    """Export each ``{name: (model, feed)}``, serve them all in one fresh
+    process without the library, and compare each ``output`` with Python's."""
+    exports, expected = {}, {}
+    for name, (model, feed) in models.items():
+        expected[name] = model.predict(feed, verbose=0)["output"]
+        export_dir = os.path.join(tmp_path, name)
+        export_saved_model(model, feed, export_dir)
+        exports[name] = (export_dir, feed)
+    served = run_many_without_library(exports, str(tmp_path))
+    for name, want in expected.items():
+        assert not isinstance(served[name], str), served[name][-3000:]
+        np.testing.assert_allclose(
+            served[name]["output"], want, rtol=rtol, atol=atol, err_msg=name
+        )
+
+
 def check_saved_model(case, tmp_path):
     feed, expected, export_dir = export_case(case, tmp_path)
     check_served(expected, run_without_library(export_dir, feed, tmp_path))

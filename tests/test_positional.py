@@ -217,20 +217,11 @@ def test_keras_file_round_trip(name, tmp_path):
 def test_saved_model_loads_without_the_library(tmp_path):
     """The learned and rotary layers exported, then served in one fresh process
     without the library."""
-    exports, expected = {}, {}
-    for name in ("learned", "rotary"):
-        model = model_for(name, LAYERS[name]())
-        feed = feed_for(name)
-        expected[name] = model.predict(feed, verbose=0)["output"]
-        export_dir = os.path.join(tmp_path, name)
-        contract.export_saved_model(model, feed, export_dir)
-        exports[name] = (export_dir, feed)
-    served = contract.run_many_without_library(exports, str(tmp_path))
-    for name, want in expected.items():
-        assert not isinstance(served[name], str), served[name][-3000:]
-        np.testing.assert_allclose(
-            served[name]["output"], want, rtol=1e-5, atol=1e-6, err_msg=name
-        )
+    models = {
+        name: (model_for(name, LAYERS[name]()), feed_for(name))
+        for name in ("learned", "rotary")
+    }
+    contract.assert_served_without_library(models, tmp_path)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

@@ -468,20 +468,8 @@ def test_keras_file_round_trip(kind, rotary, tmp_path):
 @pytest.mark.tf_only
 def test_saved_model_loads_without_the_library(tmp_path):
     """Both blocks exported, then served in one fresh process without the library."""
-    exports, expected = {}, {}
-    for kind in ("encoder", "decoder"):
-        model = model_for(kind, make(kind))
-        f = feed(kind)
-        expected[kind] = model.predict(f, verbose=0)["output"]
-        export_dir = os.path.join(tmp_path, kind)
-        contract.export_saved_model(model, f, export_dir)
-        exports[kind] = (export_dir, f)
-    served = contract.run_many_without_library(exports, str(tmp_path))
-    for kind, want in expected.items():
-        assert not isinstance(served[kind], str), served[kind][-3000:]
-        np.testing.assert_allclose(
-            served[kind]["output"], want, rtol=1e-5, atol=1e-5, err_msg=kind
-        )
+    models = {k: (model_for(k, make(k)), feed(k)) for k in ("encoder", "decoder")}
+    contract.assert_served_without_library(models, tmp_path, atol=1e-5)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
