@@ -33,6 +33,14 @@ class AttentionRNNCell(keras.layers.Layer):
     output has its own context: the point of Bahdanau et al. against the fixed
     context vector. The memory is a call argument, never state set up ahead.
 
+    **Coverage** (See et al. 2017): when the attention was made with
+    ``use_coverage=True`` (`BahdanauAttention`), the cell carries the
+    coverage ``cov_i = sum_{i' < i} a_{i'}`` (the attention each source
+    position received at the previous steps) as the last state entry,
+    ``[B, S]`` float32, passes it to the attention and returns ``cov_i + a_i``
+    in the new states. Its size is the source length, so ``state_size``
+    reports ``None`` for it and ``get_initial_state`` needs the memory.
+
     Args:
         cell: a Keras RNN cell (``keras.layers.GRUCell``, ``LSTMCell``...).
         attention: an attention layer of this library (any layer taking
@@ -47,7 +55,8 @@ class AttentionRNNCell(keras.layers.Layer):
 
     Call arguments:
         inputs: ``[B, E]``, the step input.
-        states: list of state tensors (``get_initial_state`` gives zeros).
+        states: list of state tensors (``get_initial_state`` gives zeros):
+            the cell's, then the input-feeding output, then the coverage.
         memory: ``[B, S, D]``, the encoder states.
         memory_mask: ``[B, S]``, True on real source positions.
         training: passed to the cell and the attention.
@@ -120,6 +129,11 @@ class AttentionRNNCell(keras.layers.Layer):
                 layer.dtype_policy = self.dtype_policy
 
     @property
+    def use_coverage(self):
+        """Whether the attention has a coverage term (a coverage state)."""
+        return bool(getattr(self.attention, "use_coverage", False))
+
+    @property
     def units(self):
         return _state_sizes(self.cell)[0]
 
@@ -137,6 +151,8 @@ class AttentionRNNCell(keras.layers.Layer):
                     "memory size when output_units is None)."
                 )
             sizes.append(self._output_size(self._value_dim or 0))
+        if self.use_coverage:
+            sizes.append(None)  # the source length
         return sizes
 
     @property
@@ -172,17 +188,58 @@ class AttentionRNNCell(keras.layers.Layer):
     def compute_mask(self, inputs, previous_mask=None):
         return None
 
-    def get_initial_state(self, batch_size):
-        return [
-            ops.zeros((batch_size, size), dtype=self.compute_dtype)
-            for size in self.state_size
+    def get_initial_state(self, batch_size, memory=None):
+        """Zero states for ``batch_size`` rows.
+
+        Args:
+            batch_size: an int or a scalar tensor.
+            memory: the encoder states ``[B, S, D]``, or the source length
+                ``S`` (an int or a scalar tensor); needed only when the
+                attention has coverage, whose state is ``[B, S]``.
+
+        Returns:
+            A list of states, the coverage (float32) last.
+        """
+        sizes = self.state_size
+        if self.use_coverage:
+            sizes = sizes[:-1]
+        states = [
+            ops.zeros((batch_size, size), dtype=self.compute_dtype) for size in sizes
         ]
+        if self.use_coverage:
+            states.append(
+                ops.zeros((batch_size, self._source_length(memory)), "float32")
+            )
+        return states
+
+    def _source_length(self, memory):
+        if memory is None:
+            raise input_error(
+                self,
+                "memory",
+                "the encoder states [batch, source_length, dim] or the source "
+                "length, to size the coverage state of an attention with "
+                "use_coverage=True",
+                "None",
+            )
+        shape = getattr(memory, "shape", ())
+        if len(shape) == 3:
+            return ops.shape(memory)[1]
+        if len(shape) == 0:
+            return memory
+        raise input_error(
+            self,
+            "memory",
+            "a rank-3 tensor [batch, source_length, dim] or a source length",
+            f"shape {tuple(shape)}",
+        )
 
     def call(self, inputs, states, memory, memory_mask=None, training=None):
         states = list(states)
         n_cell = len(_state_sizes(self.cell))
         if self.input_feeding:
-            x = ops.concatenate([inputs, ops.cast(states[-1], inputs.dtype)], axis=-1)
+            feed = ops.cast(states[n_cell], inputs.dtype)
+            x = ops.concatenate([inputs, feed], axis=-1)
         else:
             # A mask attached to one step's input (an Embedding with
             # mask_zero) means nothing to the cell; Keras would warn that the
@@ -195,17 +252,24 @@ class AttentionRNNCell(keras.layers.Layer):
             if isinstance(new_cell_states, (list, tuple))
             else [new_cell_states]
         )
+        extra = {}
+        if self.use_coverage:
+            coverage = ops.cast(states[-1], "float32")
+            extra["coverage"] = coverage
         context, weights = self.attention(
             z,
             memory,
             value_mask=memory_mask,
             return_attention_scores=True,
             training=training,
+            **extra,
         )
         output = ops.concatenate([z, ops.cast(context, z.dtype)], axis=-1)
         if self.output_units:
             output = self.output_dense(output)
         new_states = new_cell_states + ([output] if self.input_feeding else [])
+        if self.use_coverage:
+            new_states.append(coverage + ops.cast(weights, "float32"))
         return output, new_states, weights
 
     def get_config(self):
@@ -248,9 +312,12 @@ class AttentionDecoder(keras.layers.Layer):
             outputs zeros.
         value_mask: ``[B, S]``, True on real source positions.
         initial_state: list of the cell's initial states (e.g. the encoder's
-            final state); the input-feeding state starts at zero.
+            final state); the input-feeding state and the coverage start at
+            zero.
         return_attention_scores: also return the alignments ``[B, T, S]``.
-        return_state: also return the final states (a list).
+        return_state: also return the final states (a list; with a coverage
+            attention the last is the coverage ``[B, S]``, the attention
+            summed over the unmasked steps).
         training: passed to the cell.
 
     Returns:
@@ -319,9 +386,14 @@ class AttentionDecoder(keras.layers.Layer):
                 for i, size in enumerate(_state_sizes(self.cell.cell))
             ]
 
-    def initial_states(self, batch_size, initial_state=None):
-        """The cell's states at step 0, input-feeding state included."""
-        states = self.cell.get_initial_state(batch_size)
+    def initial_states(self, batch_size, initial_state=None, memory=None):
+        """The cell's states at step 0, input-feeding state included.
+
+        ``memory`` (the encoder states, or the source length) is needed when
+        the attention has coverage: it sizes the coverage state, zeros
+        ``[batch_size, S]``.
+        """
+        states = self.cell.get_initial_state(batch_size, memory=memory)
         n_cell = len(_state_sizes(self.cell.cell))
         if initial_state is not None:
             given = (
@@ -364,7 +436,7 @@ class AttentionDecoder(keras.layers.Layer):
         check_mask_shape(self, "query_mask", query_mask, (batch_s, length_s))
         check_mask_shape(self, "value_mask", value_mask, static_shape(value.shape)[:2])
         batch = ops.shape(query)[0]
-        states = self.initial_states(batch, initial_state)
+        states = self.initial_states(batch, initial_state, memory=value)
         query = masking.zero_masked(query, query_mask)
         steps = ops.transpose(query, (1, 0, 2))  # time major
         if query_mask is None:
@@ -381,8 +453,10 @@ class AttentionDecoder(keras.layers.Layer):
         # Without input feeding the attention does not feed back into the
         # recurrence, so only the wrapped cell runs step by step and the
         # attention runs once over all the steps afterwards (same numbers,
-        # and the keys are projected once instead of once per step).
-        feeding = self.cell.input_feeding
+        # and the keys are projected once instead of once per step). A
+        # coverage attention depends on the previous steps' weights: it
+        # always runs step by step.
+        feeding = self.cell.input_feeding or self.cell.use_coverage
         length = ops.shape(steps)[0]
         width = self.cell.output_size if feeding else self.cell.units
         outputs = ops.zeros((length, batch, width), self.compute_dtype)
@@ -494,9 +568,12 @@ class AttentionDecoder(keras.layers.Layer):
         if return_attention_scores:
             results.append(spec((batch, length, value.shape[1]), self.compute_dtype))
         if return_state:
-            results.append(
-                [spec((batch, n), self.compute_dtype) for n in self.cell.state_size]
-            )
+            states = [
+                spec((batch, n), self.compute_dtype) for n in self.cell.state_size
+            ]
+            if self.cell.use_coverage:
+                states[-1] = spec((batch, value.shape[1]), "float32")
+            results.append(states)
         return results[0] if len(results) == 1 else tuple(results)
 
     def get_config(self):
