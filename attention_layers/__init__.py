@@ -4,6 +4,7 @@ from attention_layers.additive import BahdanauAttention, additive_scores
 from attention_layers.base import ScoreAttention
 from attention_layers.hard import HardAttention, ReinforceLoss
 from attention_layers.local import LocalAttention
+from attention_layers.losses import CoverageLoss, coverage_loss
 from attention_layers.luong import LuongAttention
 from attention_layers.masking import masked_softmax, merge_masks
 from attention_layers.multi_head import MultiHeadAttention
@@ -27,6 +28,7 @@ __all__ = [
     "AttentionPooling",
     "AttentionRNNCell",
     "BahdanauAttention",
+    "CoverageLoss",
     "HardAttention",
     "LocalAttention",
     "LuongAttention",
@@ -40,6 +42,7 @@ __all__ = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "coverage_loss",
     "masked_softmax",
     "merge_masks",
 ]

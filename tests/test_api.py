@@ -7,6 +7,7 @@ PUBLIC = [
     "AttentionPooling",
     "AttentionRNNCell",
     "BahdanauAttention",
+    "CoverageLoss",
     "HardAttention",
     "LocalAttention",
     "LuongAttention",
@@ -20,6 +21,7 @@ PUBLIC = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "coverage_loss",
     "masked_softmax",
     "merge_masks",
 ]
