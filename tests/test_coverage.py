@@ -340,7 +340,8 @@ def test_beam_hypotheses_equal_teacher_forcing_of_each():
     lengths = np_(out["lengths"]).reshape(2 * k)
     beam_alignments = np_(out["alignments"]).reshape(2 * k, LENGTH, 5)
     assert lengths.max() > 2
-    assert len({tuple(t) for t in tokens}) == 2 * k  # distinct hypotheses
+    for b in range(2):  # distinct hypotheses of each source
+        assert len({tuple(t) for t in tokens[b * k : (b + 1) * k]}) == k
     alignments, logits, _ = teacher_forced(
         embedding, decoder, projection, tokens, lengths, np_(memory), np_(mask)
     )
