@@ -89,8 +89,9 @@ class CoverageLoss(keras.layers.Layer):
 
     Call arguments:
         alignments: ``[B, T, S]``, the attention weights of every step.
-        mask: optional ``[B, T]``, True on real decoder steps; Keras fills it
-            from the mask the alignments carry (the target padding).
+        mask: optional ``[B, T]``, True on real decoder steps (the target
+            padding). Keras fills it from a mask the alignments carry; those
+            of `AttentionDecoder` carry none, so pass the target mask.
 
     Returns:
         ``alignments``, unchanged.

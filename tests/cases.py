@@ -19,6 +19,11 @@ CASES = [
     Case("bahdanau_normalized", partial(al.BahdanauAttention, units=8, normalize=True)),
     # A tiny block budget forces the blocked evaluation over query rows.
     Case("bahdanau_blocked", partial(al.BahdanauAttention, units=8, block_elements=40)),
+    # Coverage (See et al. 2017), called without `coverage`: the first step.
+    Case(
+        "bahdanau_coverage",
+        partial(al.BahdanauAttention, units=8, use_coverage=True),
+    ),
     Case(
         "luong_dot",
         partial(al.LuongAttention, score_mode="dot"),
