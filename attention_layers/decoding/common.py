@@ -56,7 +56,9 @@ def rnn_step_fn(embedding, cell, projection, memory, memory_mask=None):
 
     One step embeds the previous tokens, runs the `AttentionRNNCell` against
     the memory and projects its output to vocabulary logits. The state is the
-    cell's list of states (``AttentionDecoder.initial_states(batch)``).
+    cell's list of states (``AttentionDecoder.initial_states(batch)``; with
+    ``memory=`` for an attention with coverage, whose coverage state then
+    follows each hypothesis like the others).
 
     Args:
         embedding: a ``keras.layers.Embedding`` (token ids to ``[N, E]``).
