@@ -11,6 +11,7 @@ PUBLIC = [
     "LocalAttention",
     "LuongAttention",
     "MultiHeadAttention",
+    "PointerGenerator",
     "PositionEmbedding",
     "ReinforceLoss",
     "RotaryEmbedding",
@@ -20,6 +21,9 @@ PUBLIC = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "copy_step_inputs",
+    "extended_source_ids",
+    "extended_target_ids",
     "masked_softmax",
     "merge_masks",
 ]
