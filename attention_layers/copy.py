@@ -457,6 +457,15 @@ class PointerGenerator(keras.layers.Layer):
         self._check_dtypes(logits, attention, source_ids, gate_inputs)
         batch, length = static_shape(source_ids.shape)
         check_mask_shape(self, "source_mask", source_mask, (batch, length))
+        features = static_shape(gate_inputs.shape)[-1]
+        built_features = self.gate.kernel.shape[0]
+        if features is not None and features != built_features:
+            raise input_error(
+                self,
+                "gate_inputs",
+                f"last dimension {built_features} (as when the layer was built)",
+                f"shape {static_shape(gate_inputs.shape)}",
+            )
         single_step = len(logits.shape) == 2
         if single_step:
             logits = ops.expand_dims(logits, 1)
