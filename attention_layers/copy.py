@@ -291,6 +291,7 @@ class PointerGenerator(keras.layers.Layer):
                 self, "vocab_size", "a positive integer", repr(vocab_size)
             )
         self.vocab_size = int(vocab_size)
+        self.supports_masking = True  # the target mask of `logits` passes on
         self.gate_initializer = keras.initializers.get(gate_initializer)
         self.gate_bias_initializer = keras.initializers.get(gate_bias_initializer)
 
