@@ -648,3 +648,24 @@ def test_the_layer_file_is_saved_and_loaded(tmp_path):
     model.save(path)
     got = keras.saving.load_model(path).predict(x, verbose=0)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_target_mask_reaches_the_loss():
+    """The mask of an Embedding(mask_zero=True) over the target passes through
+    the layer, so the loss leaves padded target steps out."""
+    target_in = keras.Input((T,), dtype="int32", name="target_in")
+    source_ext = keras.Input((S,), dtype="int32", name="source_ext")
+    attention = keras.Input((T, S), name="attention")
+    x = keras.layers.Embedding(V, 8, mask_zero=True)(target_in)
+    logits = keras.layers.Dense(V)(x)
+    out = al.PointerGenerator(V)(logits, attention, source_ext, x)
+    model = keras.Model([target_in, source_ext, attention], out)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    f = feed()
+    ids = np.array([[2, 3, 0, 0], [2, 4, 5, 0], [2, 6, 3, 4]], "int32")
+    inputs = [ids, f["source_ids"][[1, 1, 2]], f["attention"][[1, 1, 2]]]
+    targets = np.array([[3, 4, 0, 0], [V + 1, 2, 3, 0], [2, V + 0, 4, 5]])
+    garbage = np.where(ids == 0, V + 4, targets)  # no mass there: -1e9
+    losses = [model.evaluate(inputs, y, verbose=0) for y in (targets, garbage)]
+    assert losses[0] < 10
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
