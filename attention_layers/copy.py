@@ -336,28 +336,19 @@ class PointerGenerator(keras.layers.Layer):
             )
         rank = len(logits)
         step = " (the rank of logits)" if rank == 2 else ""
-        lead = (
-            "[batch, source_length]"
-            if rank == 2
-            else ("[batch, target_length, source_length]")
-        )
+        steps = "[batch, " if rank == 2 else "[batch, target_length, "
         if len(attention) != rank:
             raise input_error(
                 self,
                 "attention",
-                f"a rank-{rank} tensor {lead}{step}",
+                f"a rank-{rank} tensor {steps}source_length]{step}",
                 f"shape {attention}",
             )
         if len(gate_inputs) != rank:
-            feat = (
-                "[batch, features]"
-                if rank == 2
-                else ("[batch, target_length, features]")
-            )
             raise input_error(
                 self,
                 "gate_inputs",
-                f"a rank-{rank} tensor {feat}{step}",
+                f"a rank-{rank} tensor {steps}features]{step}",
                 f"shape {gate_inputs}",
             )
         if len(source_ids) != 2:
