@@ -2,6 +2,12 @@
 
 from attention_layers.additive import BahdanauAttention, additive_scores
 from attention_layers.base import ScoreAttention
+from attention_layers.copy import (
+    PointerGenerator,
+    copy_step_inputs,
+    extended_source_ids,
+    extended_target_ids,
+)
 from attention_layers.hard import HardAttention, ReinforceLoss
 from attention_layers.local import LocalAttention
 from attention_layers.losses import CoverageLoss, coverage_loss
@@ -33,6 +39,7 @@ __all__ = [
     "LocalAttention",
     "LuongAttention",
     "MultiHeadAttention",
+    "PointerGenerator",
     "PositionEmbedding",
     "ReinforceLoss",
     "RotaryEmbedding",
@@ -42,7 +49,10 @@ __all__ = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "copy_step_inputs",
     "coverage_loss",
+    "extended_source_ids",
+    "extended_target_ids",
     "masked_softmax",
     "merge_masks",
 ]

@@ -12,6 +12,7 @@ PUBLIC = [
     "LocalAttention",
     "LuongAttention",
     "MultiHeadAttention",
+    "PointerGenerator",
     "PositionEmbedding",
     "ReinforceLoss",
     "RotaryEmbedding",
@@ -21,7 +22,10 @@ PUBLIC = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "copy_step_inputs",
     "coverage_loss",
+    "extended_source_ids",
+    "extended_target_ids",
     "masked_softmax",
     "merge_masks",
 ]
