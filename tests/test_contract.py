@@ -135,6 +135,7 @@ _JAX_PREDICT = textwrap.dedent(
 
 
 @pytest.mark.tf_only
+@pytest.mark.slow  # a second backend in a subprocess
 def test_jax_backend_gives_the_same_numbers(tmp_path):
     """Every case, saved on TensorFlow, predicts the same numbers on JAX."""
     expected = {}

@@ -27,6 +27,7 @@ def run_example(tmp_path, *args):
 
 
 @pytest.mark.tf_only
+@pytest.mark.slow  # a training run in a subprocess; make test has the tiny pipeline run
 def test_dates_example_trains_exports_and_serves(tmp_path):
     metrics, out = run_example(
         tmp_path, "--train", "600", "--test", "50", "--epochs", "1"

@@ -372,6 +372,7 @@ def marker_accuracy(infer, x, y, position):
     return picked, (out["logits"].argmax(-1) == y).mean()
 
 
+@pytest.mark.slow  # a learning run
 def test_reinforce_learns_to_pick_the_marked_position():
     x, y, position = marker_data(2048, seed=0)
     x_test, y_test, position_test = marker_data(1000, seed=1)
@@ -429,6 +430,7 @@ def test_reinforce_fit_under_jit_with_learned_baseline_and_keras_file(tmp_path):
 
 
 @pytest.mark.tf_only
+@pytest.mark.slow  # two-device training and an export
 def test_reinforce_fit_under_mirrored_strategy_and_export(tmp_path):
     strategy = contract.two_device_strategy()
     x, y, _ = marker_data(64, seed=0)

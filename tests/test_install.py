@@ -60,6 +60,7 @@ def test_the_layers_need_neither_tensorflow_nor_tensorflow_text():
     assert not {n for n in names if n.startswith("tensorflow")}, sorted(names)
 
 
+@pytest.mark.slow  # a fresh interpreter on a bare site
 def test_the_layers_run_on_jax_where_tensorflow_is_absent(tmp_path):
     pytest.importorskip("jax")
     dists = closure(install_requires() + [Requirement("jax")])
