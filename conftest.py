@@ -40,7 +40,17 @@ if keras.backend.backend() == "tensorflow":
 DOCS_ON_JAX = os.environ.get("ATTENTION_LAYERS_DOCS_ON_JAX") == "1"
 
 
+# Tasks whose pipeline contract runs in `make test-slow` only: the example
+# task of adding_a_task.md proves that a new task needs no new test code; the
+# built-in tasks prove the contract in `make test`.
+SLOW_TASKS = {"locale"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if pipeline_group(item.nodeid) in SLOW_TASKS:
+            item.add_marker(pytest.mark.slow)
     if keras.backend.backend() == "tensorflow":
         return
     skip = pytest.mark.skip(reason="needs the TensorFlow backend")
