@@ -35,8 +35,9 @@ if keras.backend.backend() == "tensorflow":
     )
 
 
-# The examples of the docs pages run in the TensorFlow half of `make test`;
-# `make test-slow` runs the layer pages on JAX as well (this variable set).
+# The examples of the docs pages and docstrings run in the TensorFlow half of
+# `make test`; `make test-slow` runs the layer pages and docstrings on JAX as
+# well (this variable set).
 DOCS_ON_JAX = os.environ.get("ATTENTION_LAYERS_DOCS_ON_JAX") == "1"
 
 
@@ -55,7 +56,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs the TensorFlow backend")
     skip_docs = pytest.mark.skip(
-        reason="docs examples run on JAX in make test-slow "
+        reason="docs and docstring examples run on JAX in make test-slow "
         "(ATTENTION_LAYERS_DOCS_ON_JAX=1)"
     )
     for item in items:
@@ -64,8 +65,16 @@ def pytest_collection_modifyitems(config, items):
         pipeline_docs = "test_python_blocks_run[pipelines/" in item.nodeid
         if "tf_only" in item.keywords or pipeline_docs or _in_pipelines(item):
             item.add_marker(skip)
-        elif "test_python_blocks_run[" in item.nodeid and not DOCS_ON_JAX:
+        elif _is_example(item) and not DOCS_ON_JAX:
             item.add_marker(skip_docs)
+
+
+def _is_example(item) -> bool:
+    """A docs page's python blocks or a docstring's doctest."""
+    return (
+        "test_python_blocks_run[" in item.nodeid
+        or type(item).__name__ == "DoctestItem"
+    )
 
 
 def _in_pipelines(item) -> bool:
