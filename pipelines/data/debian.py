@@ -43,7 +43,6 @@ splits.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gzip
 import io
@@ -309,6 +308,7 @@ def read_cache(path: str | Path) -> list[DebianDescription]:
 def read_debian_descriptions(
     lists_dir: str | Path = APT_LISTS,
     cache_path: str | Path | None = None,
+    *,
     refresh: bool = False,
 ) -> list[DebianDescription]:
     """The pairs, from the cache when there is one, else from the lists.
@@ -394,6 +394,7 @@ def split_descriptions(
 def load_debian_descriptions(
     lists_dir: str | Path = APT_LISTS,
     cache_path: str | Path | None = None,
+    *,
     refresh: bool = False,
     valid_fraction: float = 0.05,
     test_fraction: float = 0.05,
@@ -401,7 +402,7 @@ def load_debian_descriptions(
 ) -> Splits:
     """``(long description, synopsis)`` pairs in `Splits`, grouped by source
     package and body prefix; see `read_debian_descriptions` for the cache."""
-    records = read_debian_descriptions(lists_dir, cache_path, refresh)
+    records = read_debian_descriptions(lists_dir, cache_path, refresh=refresh)
     return split_descriptions(records, valid_fraction, test_fraction, seed)
 
 
@@ -445,20 +446,3 @@ def describe(records: Sequence[DebianDescription], splits: Splits) -> str:
             ),
         ]
     )
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipelines.data.debian",
-        description="Read the Debian descriptions (into the cache) and describe them.",
-    )
-    parser.add_argument("--lists", default=str(APT_LISTS), help="apt lists folder")
-    parser.add_argument("--cache", default=None, help="cache file (default: user's)")
-    parser.add_argument("--refresh", action="store_true", help="reread the lists")
-    args = parser.parse_args(argv)
-    records = read_debian_descriptions(args.lists, args.cache, args.refresh)
-    print(describe(records, split_descriptions(records)))
-
-
-if __name__ == "__main__":
-    main()

@@ -198,7 +198,9 @@ def test_cache_written_atomically_and_reused(tmp_path: Path):
     refreshed = read_debian_descriptions(lists, cache, refresh=True)
     assert refreshed == [DebianDescription("new", "", "New synopsis", "A new body.")]
     assert read_debian_descriptions(tmp_path / "gone", cache) == refreshed
-    splits = load_debian_descriptions(tmp_path / "gone", cache, test_fraction=1.0)
+    splits = load_debian_descriptions(
+        tmp_path / "gone", cache, valid_fraction=0.0, test_fraction=1.0
+    )
     assert splits == Splits([], [], [("A new body.", "New synopsis")])
 
 
@@ -209,10 +211,10 @@ def test_cache_crash_leaves_old_cache(tmp_path: Path, monkeypatch):
     before = cache.read_bytes()
 
     def crash(*args, **kwargs):
-        raise KeyboardInterrupt
+        raise OSError("disk full")
 
     monkeypatch.setattr(debian.os, "fsync", crash)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(OSError, match="disk full"):
         read_debian_descriptions(lists, cache, refresh=True)
     assert cache.read_bytes() == before
     assert sorted(path.name for path in tmp_path.iterdir()) == [cache.name, "lists"]
