@@ -165,7 +165,9 @@ def parse_translation(lines: Iterable[str]) -> Iterator[tuple[str, str, str]]:
     Body lines start with a space; a `` .`` line separates paragraphs. Nothing
     is dropped here (empty bodies included); see `read_lists`.
     """
-    package, synopsis, body, in_description = "", None, [], False
+    package, in_description = "", False
+    synopsis: str | None = None
+    body: list[str] = []
     for line in lines:
         line = line.rstrip("\r\n")
         if not line.strip():
