@@ -1,8 +1,9 @@
-"""Parallel corpora, user files, length filtering and splits for the pipelines."""
+"""Corpora, Debian descriptions, user files, length filtering and splits."""
 
 from .bible import BIBLE_PATH, load_bible
 from .corpus import load_corpus
 from .dates import generate_dates
+from .debian import load_debian_descriptions, read_debian_descriptions
 from .ding import DING_PATH, load_ding
 from .errors import MissingDataError
 from .filters import filter_length
@@ -19,7 +20,9 @@ __all__ = [
     "generate_dates",
     "load_bible",
     "load_corpus",
+    "load_debian_descriptions",
     "load_ding",
+    "read_debian_descriptions",
     "read_parallel",
     "read_tsv",
     "split_pairs",

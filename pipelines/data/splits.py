@@ -29,6 +29,7 @@ def split_pairs(
     key: Literal["source", "target"] = "source",
     valid_size: int | None = None,
     test_size: int | None = None,
+    groups: Sequence[str] | None = None,
 ) -> Splits:
     """Split ``pairs`` by hashing their source (or target) text.
 
@@ -43,13 +44,19 @@ def split_pairs(
     buckets instead: exactly that many pairs, unless pairs sharing a key at the
     boundary are kept together (then a few more), and still stable in the sense
     that a held-out pair only leaves its split for a lower-bucket newcomer.
+
+    ``groups``, when given, is one text per pair hashed instead of ``key``'s
+    side: pairs with the same group text are always in the same split.
     """
     if key not in ("source", "target"):
         raise ValueError(f"key must be 'source' or 'target', got {key!r}")
     if not 0 <= valid_fraction + test_fraction <= 1:
         raise ValueError("valid_fraction + test_fraction must be in [0, 1]")
+    if groups is not None and len(groups) != len(pairs):
+        raise ValueError(f"{len(groups)} groups for {len(pairs)} pairs")
     side = 0 if key == "source" else 1
-    buckets = [bucket(pair[side], seed) for pair in pairs]
+    texts = groups if groups is not None else [pair[side] for pair in pairs]
+    buckets = [bucket(text, seed) for text in texts]
     test_limit = _limit(buckets, 0.0, test_size, test_fraction)
     valid_limit = _limit(buckets, test_limit, valid_size, valid_fraction)
     splits = Splits([], [], [])

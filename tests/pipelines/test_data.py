@@ -74,6 +74,20 @@ def test_split_keeps_identical_sources_together():
             assert where.setdefault(source, name) == name
 
 
+def test_split_by_groups():
+    pairs = [(f"s{i}", f"t{i}") for i in range(1000)]
+    groups = [f"g{i % 40}" for i in range(1000)]
+    splits = split_pairs(pairs, 0.2, 0.2, groups=groups)
+    where = {}
+    for name, part in zip(Splits._fields, splits, strict=True):
+        for source, _ in part:
+            group = groups[int(source[1:])]
+            assert where.setdefault(group, name) == name
+    assert len(set(where.values())) == 3
+    with pytest.raises(ValueError, match="2 groups for 1000 pairs"):
+        split_pairs(pairs, groups=["a", "b"])
+
+
 def test_split_fixed_sizes():
     splits = split_pairs(PAIRS, 0.0, 0.0, valid_size=100, test_size=50)
     assert (len(splits.valid), len(splits.test)) == (100, 50)
