@@ -72,8 +72,7 @@ def pytest_collection_modifyitems(config, items):
 def _is_example(item) -> bool:
     """A docs page's python blocks or a docstring's doctest."""
     return (
-        "test_python_blocks_run[" in item.nodeid
-        or type(item).__name__ == "DoctestItem"
+        "test_python_blocks_run[" in item.nodeid or type(item).__name__ == "DoctestItem"
     )
 
 
