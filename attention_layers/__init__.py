@@ -10,9 +10,15 @@ from attention_layers.copy import (
 )
 from attention_layers.hard import HardAttention, ReinforceLoss
 from attention_layers.local import LocalAttention
-from attention_layers.losses import CoverageLoss, coverage_loss
+from attention_layers.losses import (
+    CoverageLoss,
+    MemorySupervisionLoss,
+    coverage_loss,
+    memory_supervision_loss,
+)
 from attention_layers.luong import LuongAttention
 from attention_layers.masking import masked_softmax, merge_masks
+from attention_layers.memory import MemoryNetwork
 from attention_layers.multi_head import MultiHeadAttention
 from attention_layers.pooling import AttentionPooling
 from attention_layers.positional import (
@@ -38,6 +44,8 @@ __all__ = [
     "HardAttention",
     "LocalAttention",
     "LuongAttention",
+    "MemoryNetwork",
+    "MemorySupervisionLoss",
     "MultiHeadAttention",
     "PointerGenerator",
     "PositionEmbedding",
@@ -54,5 +62,6 @@ __all__ = [
     "extended_source_ids",
     "extended_target_ids",
     "masked_softmax",
+    "memory_supervision_loss",
     "merge_masks",
 ]

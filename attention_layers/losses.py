@@ -1,4 +1,7 @@
-"""Losses on attention weights: the coverage loss of See et al. (2017)."""
+"""Losses on attention weights: the coverage loss of See et al. (2017) and the
+attention supervision of memory networks (Sukhbaatar et al. 2015)."""
+
+import numbers
 
 import keras
 from keras import ops
@@ -162,3 +165,223 @@ class CoverageLoss(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "weight": self.weight}
+
+
+# The least attention whose log is taken: log(0) would make the loss of an
+# attention that underflowed to 0 on a supporting fact infinite. log(1e-30)
+# is about -69; 1e-30 is a normal float32.
+ATTENTION_FLOOR = 1e-30
+
+
+def _hop_list(hops, error):
+    """``hops`` (None, an int or a list of ints) as None or a list of ints;
+    ``error(expected, received)`` makes the ``ValueError``."""
+    if hops is None:
+        return None
+    items = [hops] if isinstance(hops, numbers.Integral) else hops
+    try:
+        items = list(items)
+    except TypeError:
+        items = []
+    integers = all(
+        isinstance(h, numbers.Integral) and not isinstance(h, bool) for h in items
+    )
+    if isinstance(hops, bool) or not items or not integers:
+        raise error("None, a hop index or a non-empty list of hop indices", repr(hops))
+    return [int(h) for h in items]
+
+
+def _hop_indices(hops, num_hops, error):
+    """`_hop_list` of ``hops``, each index in ``[0, num_hops)`` (negative ones
+    count from the end); ``num_hops`` None: unknown, no negative index."""
+    items = _hop_list(hops, error)
+    if items is None:
+        return None
+    if num_hops is None:
+        if any(h < 0 for h in items):
+            raise error(
+                "non-negative hop indices (the number of hops is not known)",
+                repr(hops),
+            )
+        return items
+    if not all(-num_hops <= h < num_hops for h in items):
+        raise error(
+            f"hop indices in [-{num_hops}, {num_hops}) ({num_hops} hops)", repr(hops)
+        )
+    return [h % num_hops for h in items]
+
+
+def memory_supervision_loss(attention, supporting, hops=None):
+    """Per-example cross-entropy between the hops' attention and the supporting facts.
+
+    The target of a hop is the uniform distribution ``q`` over the
+    supporting facts of the example, ``q_i = s_i / sum_i s_i``; the loss of
+    one hop is ``-sum_i q_i log p_i`` for its attention ``p`` (at least 0,
+    0 when all the attention lies on the supporting facts, evenly), and the
+    loss of an example is the mean over the supervised hops. An example with
+    no supporting fact gives 0. The attention is floored at ``1e-30``
+    before the log (``ATTENTION_FLOOR``), so a supporting fact whose
+    attention underflowed to 0 gives a finite loss (at most about 69), never
+    ``inf`` or NaN. Computed in float32.
+
+    Which hops to supervise: all of them by default (``hops=None``), as when
+    every hop should look at the supporting facts (one supporting fact).
+    ``hops=[0]`` supervises only the first hop and leaves the later ones
+    free; with facts in the order they are needed, ``hops=0`` and ``hops=1``
+    can take one loss each, with the first and the second fact as
+    ``supporting``. Negative indices count from the last hop.
+
+    Args:
+        attention: ``[B, K, M]``, the attention of every hop over the
+            memories (``MemoryNetwork(..., return_attention=True)``).
+        supporting: ``[B, M]`` bool or 0/1, True on the supporting facts.
+        hops: None (every hop), a hop index or a list of hop indices
+            (0-based).
+
+    Returns:
+        ``[B]`` float32, one value per example.
+
+    Example:
+
+    >>> import numpy as np
+    >>> attention = np.array([[[0.5, 0.25, 0.25], [1.0, 0.0, 0.0]]], "float32")
+    >>> supporting = np.array([[1, 0, 0]])
+    >>> round(float(memory_supervision_loss(attention, supporting)[0]), 4)
+    0.3466
+    >>> # (-log 0.5 - log 1) / 2; the first hop only: -log 0.5
+    >>> round(float(memory_supervision_loss(attention, supporting, [0])[0]), 4)
+    0.6931
+
+    References:
+        Sukhbaatar, Szlam, Weston, Fergus. End-To-End Memory Networks.
+        NeurIPS 2015, section 4.2 (the strongly supervised MemNN baseline
+        uses the supporting facts). https://arxiv.org/abs/1503.08895
+    """
+
+    def error(argument):
+        return lambda expected, received: ValueError(
+            f"memory_supervision_loss: argument `{argument}` expected {expected}; "
+            f"received {received}."
+        )
+
+    attention = ops.cast(ops.convert_to_tensor(attention), "float32")
+    if len(attention.shape) != 3:
+        raise error("attention")(
+            "a rank-3 tensor [batch, hops, memories]",
+            f"shape {tuple(attention.shape)}",
+        )
+    supporting = masking.as_bool(ops.convert_to_tensor(supporting))
+    if len(supporting.shape) != 2:
+        raise error("supporting")(
+            "a rank-2 tensor [batch, memories]", f"shape {tuple(supporting.shape)}"
+        )
+    m_att, m_sup = attention.shape[2], supporting.shape[1]
+    if isinstance(m_att, int) and isinstance(m_sup, int) and m_att != m_sup:
+        raise error("supporting")(
+            f"as many memories as the attention ({m_att})",
+            f"shape {tuple(supporting.shape)}",
+        )
+    num_hops = attention.shape[1] if isinstance(attention.shape[1], int) else None
+    indices = _hop_indices(hops, num_hops, error("hops"))
+    if indices is not None:
+        attention = ops.take(attention, indices, axis=1)
+    supporting = ops.cast(supporting, "float32")
+    count = ops.sum(supporting, axis=-1)  # [B]
+    target = supporting / ops.expand_dims(ops.maximum(count, 1.0), -1)
+    log_p = ops.log(ops.maximum(attention, ATTENTION_FLOOR))
+    per_hop = -ops.sum(ops.expand_dims(target, 1) * log_p, axis=-1)  # [B, K']
+    return ops.where(count > 0, ops.mean(per_hop, axis=1), 0.0)
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class MemorySupervisionLoss(keras.layers.Layer):
+    """Endpoint layer adding the attention supervision of a memory network.
+
+    It adds ``weight * mean_b memory_supervision_loss(attention, supporting,
+    hops)_b`` to the model's losses with ``add_loss`` (see
+    `memory_supervision_loss`: per example, the mean over the supervised
+    hops of the cross-entropy between the hop's attention and the uniform
+    distribution over the supporting facts) and returns the attention
+    unchanged. The math is float32 under mixed precision. The layer belongs
+    to a model only if its output does: make the returned attention a model
+    output (with no loss of its own in ``compile``).
+
+    Args:
+        weight: ``>= 0``, the weight of the loss.
+        hops: the hops to supervise: None (all, the default), a hop index or
+            a list of them (``[0]``: the first hop only).
+        **kwargs: base layer arguments (``name``, ``dtype``).
+
+    Call arguments:
+        attention: ``[B, K, M]``, the attention of every hop.
+        supporting: ``[B, M]`` bool or 0/1, True on the supporting facts.
+
+    Returns:
+        ``attention``, unchanged.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> import attention_layers as al
+    >>> story = keras.Input((3, 4), dtype="int32")
+    >>> question = keras.Input((4,), dtype="int32")
+    >>> supporting = keras.Input((3,), dtype="bool")
+    >>> logits, attention = al.MemoryNetwork(8, 6, max_memories=3, max_words=4,
+    ...     hops=2)(story, question, return_attention=True)
+    >>> attention = al.MemorySupervisionLoss(hops=[0])(attention, supporting)
+    >>> model = keras.Model([story, question, supporting],
+    ...                     {"answer": logits, "attention": attention})
+    >>> model.compile("adam", loss={"answer": keras.losses.
+    ...     SparseCategoricalCrossentropy(from_logits=True)})
+    >>> x = [np.random.randint(1, 8, (4, 3, 4)), np.random.randint(1, 8, (4, 4)),
+    ...      np.eye(3, dtype=bool)[[0, 1, 2, 0]]]
+    >>> history = model.fit(x, {"answer": np.array([1, 2, 3, 4])}, verbose=0)
+    >>> bool(np.isfinite(history.history["loss"]).all())
+    True
+
+    References:
+        Sukhbaatar, Szlam, Weston, Fergus. End-To-End Memory Networks.
+        NeurIPS 2015. https://arxiv.org/abs/1503.08895
+    """
+
+    def __init__(self, weight=1.0, hops=None, **kwargs):
+        super().__init__(**kwargs)
+        try:
+            ok = not isinstance(weight, bool) and float(weight) >= 0.0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise input_error(self, "weight", "a float >= 0", repr(weight))
+        self.weight = float(weight)
+        # The range is checked against the attention's number of hops.
+        self.hops = _hop_list(hops, self._hops_error)
+
+    def _hops_error(self, expected, received):
+        return input_error(self, "hops", expected, received)
+
+    def call(self, attention, supporting):
+        if len(attention.shape) != 3:
+            raise input_error(
+                self,
+                "attention",
+                "a rank-3 tensor [batch, hops, memories]",
+                f"shape {tuple(attention.shape)}",
+            )
+        if len(supporting.shape) != 2:
+            raise input_error(
+                self,
+                "supporting",
+                "a rank-2 tensor [batch, memories]",
+                f"shape {tuple(supporting.shape)}",
+            )
+        num_hops = attention.shape[1] if isinstance(attention.shape[1], int) else None
+        hops = _hop_indices(self.hops, num_hops, self._hops_error)
+        loss = memory_supervision_loss(attention, supporting, hops)
+        self.add_loss(self.weight * ops.mean(loss))
+        return attention
+
+    def compute_output_shape(self, attention_shape, supporting_shape):
+        return attention_shape
+
+    def get_config(self):
+        return {**super().get_config(), "weight": self.weight, "hops": self.hops}

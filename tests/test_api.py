@@ -11,6 +11,8 @@ PUBLIC = [
     "HardAttention",
     "LocalAttention",
     "LuongAttention",
+    "MemoryNetwork",
+    "MemorySupervisionLoss",
     "MultiHeadAttention",
     "PointerGenerator",
     "PositionEmbedding",
@@ -27,6 +29,7 @@ PUBLIC = [
     "extended_source_ids",
     "extended_target_ids",
     "masked_softmax",
+    "memory_supervision_loss",
     "merge_masks",
 ]
 

@@ -1,0 +1,415 @@
+"""Multi-hop memory attention: end-to-end memory networks (Sukhbaatar et al. 2015).
+
+A story of ``M`` sentences of ``W`` word ids is written into memory twice,
+as input vectors ``m_i`` (what the question is compared with) and output
+vectors ``c_i`` (what is read out); the question ``u`` reads the memory ``K``
+times ("hops"), each hop adding what it read to ``u``, and the last ``u``
+predicts a one-word answer. Id 0 is padding everywhere.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from attention_layers import masking
+from attention_layers.base import (
+    check_mask_shape,
+    check_positive_int,
+    fresh_initializer,
+    input_error,
+    score_dtype,
+    static_shape,
+)
+
+WEIGHT_TYING = ("adjacent", "layerwise")
+
+
+def position_encoding(word_mask, embed_dim, dtype="float32"):
+    """The position encoding ``l_kj`` of Sukhbaatar et al. (section 4.1).
+
+    ``l_kj = (1 - j/J) - (k/d) (1 - 2j/J)`` for the ``j``-th real word
+    (1-based) of a sentence of ``J`` real words and the ``k``-th of ``d``
+    embedding dimensions (1-based). ``j`` counts the real words only and
+    ``J`` is their number, so padding never shifts the encoding; padded
+    words get 0.
+
+    Args:
+        word_mask: ``[..., W]`` bool (or 0/1), True on real words.
+        embed_dim: ``d``.
+        dtype: the dtype of the result.
+
+    Returns:
+        ``[..., W, d]`` weights, 0 on padded words.
+
+    Example:
+
+    >>> import numpy as np
+    >>> l = position_encoding(np.array([True, True, False]), 2)
+    >>> np.asarray(l).round(3).tolist()  # J = 2; j = 1, 2; k = 1, 2
+    [[0.5, 0.5], [0.5, 1.0], [0.0, 0.0]]
+    """
+    mask = ops.cast(masking.as_bool(word_mask), dtype)
+    j = ops.cumsum(mask, axis=-1)
+    length = ops.maximum(ops.sum(mask, axis=-1, keepdims=True), 1.0)
+    frac = ops.expand_dims(j / length, -1)  # j / J, [..., W, 1]
+    k = ops.cast(ops.arange(1, embed_dim + 1), dtype) / float(embed_dim)  # k / d
+    weights = (1.0 - frac) - k * (1.0 - 2.0 * frac)
+    return weights * ops.expand_dims(mask, -1)
+
+
+def _concrete(x):
+    """``x`` as a numpy array when its value is known now, else None."""
+    try:
+        return np.asarray(ops.convert_to_numpy(x))
+    except Exception:  # symbolic or traced: no value before run time
+        return None
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class MemoryNetwork(keras.layers.Layer):
+    """End-to-end memory network: multi-hop attention over a story's sentences.
+
+    The story ``x`` ``[B, M, W]`` (``M`` sentences of ``W`` word ids) and
+    the question ``q`` ``[B, W_q]`` are word ids, id 0 being padding. Each
+    sentence ``i`` becomes a memory vector and an output vector per hop
+    ``k = 1..K`` (section 2.1 and 4.1 of the paper):
+
+    ``m_i = sum_j l_j * A^k x_ij + T_A^k(i)``,
+    ``c_i = sum_j l_j * C^k x_ij + T_C^k(i)``,
+
+    the question ``u^1 = sum_j l_j * B q_j``, and each hop reads the memory:
+
+    ``p = softmax(u^k . m_i)``, ``o = sum_i p_i c_i``,
+    ``u^{k+1} = u^k + o`` (``H u^k + o`` under layer-wise tying).
+
+    The answer logits are ``W u^{K+1}``, ``[B, vocab_size]``.
+
+    * ``l_j`` is the position encoding ``l_kj = (1 - j/J) - (k/d)(1 - 2j/J)``
+      (`position_encoding`), with ``J`` the number of real words of that
+      sentence; with ``position_encoding=False`` it is 1 (a bag of words).
+      Padded words count for nothing.
+    * ``T_A(i)``, ``T_C(i)`` are learned temporal encodings, rows of
+      ``[max_memories, embed_dim]`` matrices. The story is in chronological
+      order (oldest sentence first) and row 0 belongs to the **most recent**
+      real sentence, the one just before the question; row ``r`` to the
+      sentence with ``r`` real sentences after it. This is the paper's
+      reverse indexing (``x_1`` is the last sentence), and padded sentences,
+      wherever they are, shift nothing.
+    * A memory is padding when all its words are padding (or where
+      ``story_mask`` is False); the softmax is over the real memories only,
+      in float32 under any dtype policy. A story without any real memory
+      gets zero attention and ``o = 0`` (no NaN).
+    * ``weight_tying="adjacent"`` (section 2.2): ``A^{k+1} = C^k`` (and
+      ``T_A^{k+1} = T_C^k``), ``B = A^1`` and ``W^T = C^K``: ``K + 1``
+      embedding tables in all, the answer through the transpose of the last.
+      ``"layerwise"``: ``A^1 = ... = A^K``, ``C^1 = ... = C^K`` (one
+      ``T_A``, one ``T_C``), a separate question embedding ``B``, a linear
+      map ``H`` between hops and a separate answer matrix ``W``.
+
+    Args:
+        vocab_size: ``V``, the number of word ids (id 0 is padding).
+        embed_dim: ``d``, the size of the memory vectors.
+        max_memories: the most sentences a story may have (rows of the
+            temporal encodings).
+        max_words: the most words a sentence or a question may have.
+        hops: ``K``, the number of memory reads.
+        position_encoding: weight words by ``l_j`` (else a bag of words).
+        temporal_encoding: add ``T_A(i)``, ``T_C(i)``.
+        weight_tying: ``"adjacent"`` or ``"layerwise"``.
+        embeddings_initializer: initializer of the embedding tables and the
+            temporal encodings (the paper: a Gaussian with ``sigma = 0.1``).
+        kernel_initializer: initializer of ``H`` and ``W`` (layer-wise only).
+        **kwargs: standard ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Call arguments:
+        story: ``[B, M, W]`` int word ids, ``M <= max_memories``,
+            ``W <= max_words``.
+        question: ``[B, W_q]`` int word ids, ``W_q <= max_words``.
+        story_mask: optional ``[B, M]``, True on real sentences; by default
+            a sentence is real when one of its ids is not 0.
+        return_attention: also return the attention of every hop.
+
+    Returns:
+        Answer logits ``[B, vocab_size]`` in the compute dtype, and with
+        ``return_attention=True`` the tuple ``(logits, attention)``,
+        ``attention`` ``[B, hops, M]`` (0 on padded sentences).
+
+    Example:
+
+    >>> import numpy as np
+    >>> import attention_layers as al
+    >>> story = np.array([[[1, 2, 3, 0], [4, 2, 5, 0], [0, 0, 0, 0]]])
+    >>> question = np.array([[6, 1, 0, 0]])
+    >>> layer = al.MemoryNetwork(vocab_size=8, embed_dim=4, max_memories=3,
+    ...                          max_words=4, hops=2)
+    >>> logits, attention = layer(story, question, return_attention=True)
+    >>> tuple(logits.shape), tuple(attention.shape)
+    ((1, 8), (1, 2, 3))
+    >>> np.asarray(attention).sum(-1).round(4).tolist()  # per hop
+    [[1.0, 1.0]]
+    >>> float(np.asarray(attention)[0, :, 2].max())  # the padded sentence
+    0.0
+    >>> len(layer.trainable_weights)  # adjacent: 3 word tables, 3 temporal
+    6
+
+    References:
+        Sukhbaatar, Szlam, Weston, Fergus. End-To-End Memory Networks.
+        NeurIPS 2015, sections 2 and 4.1. https://arxiv.org/abs/1503.08895
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        embed_dim,
+        max_memories,
+        max_words,
+        hops=3,
+        position_encoding=True,
+        temporal_encoding=True,
+        weight_tying="adjacent",
+        embeddings_initializer=None,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = check_positive_int(self, "vocab_size", vocab_size)
+        self.embed_dim = check_positive_int(self, "embed_dim", embed_dim)
+        self.max_memories = check_positive_int(self, "max_memories", max_memories)
+        self.max_words = check_positive_int(self, "max_words", max_words)
+        self.hops = check_positive_int(self, "hops", hops)
+        for name, value in (
+            ("position_encoding", position_encoding),
+            ("temporal_encoding", temporal_encoding),
+        ):
+            if not isinstance(value, (bool, np.bool_)):
+                raise input_error(self, name, "True or False", repr(value))
+        self.position_encoding = bool(position_encoding)
+        self.temporal_encoding = bool(temporal_encoding)
+        if weight_tying not in WEIGHT_TYING:
+            raise input_error(
+                self,
+                "weight_tying",
+                " or ".join(repr(t) for t in WEIGHT_TYING),
+                repr(weight_tying),
+            )
+        self.weight_tying = weight_tying
+        if embeddings_initializer is None:
+            embeddings_initializer = keras.initializers.RandomNormal(stddev=0.1)
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    # -- hop tables ---------------------------------------------------------
+    def _table_index(self, hop, kind):
+        """Index into ``self.embeddings`` (and ``self.temporal``) of ``A^{hop+1}``
+        (``kind="input"``) or ``C^{hop+1}`` (``"output"``), hop 0-based."""
+        if self.weight_tying == "adjacent":
+            return hop if kind == "input" else hop + 1
+        return 0 if kind == "input" else 1
+
+    def input_embedding(self, hop):
+        """The ``Embedding`` layer ``A`` of hop ``hop`` (0-based)."""
+        return self.embeddings[self._table_index(hop, "input")]
+
+    def output_embedding(self, hop):
+        """The ``Embedding`` layer ``C`` of hop ``hop`` (0-based)."""
+        return self.embeddings[self._table_index(hop, "output")]
+
+    # -- Keras plumbing ---------------------------------------------------------
+    def build(self, story_shape, question_shape, story_mask_shape=None):
+        self._check_shapes(story_shape, question_shape)
+        adjacent = self.weight_tying == "adjacent"
+        names = [str(i) for i in range(self.hops + 1)] if adjacent else ["a", "c"]
+        self.embeddings = []
+        for i, name in enumerate(names):
+            table = keras.layers.Embedding(
+                self.vocab_size,
+                self.embed_dim,
+                embeddings_initializer=fresh_initializer(
+                    self.embeddings_initializer, i
+                ),
+                dtype=self.dtype_policy,
+                name=f"embedding_{name}",
+            )
+            table.build((None,))
+            self.embeddings.append(table)
+        self.temporal = []
+        if self.temporal_encoding:
+            for i, name in enumerate(names):
+                self.temporal.append(
+                    self.add_weight(
+                        shape=(self.max_memories, self.embed_dim),
+                        initializer=fresh_initializer(
+                            self.embeddings_initializer, len(names) + i
+                        ),
+                        name=f"temporal_{name}",
+                    )
+                )
+        if adjacent:
+            self.question_embedding = self.embeddings[0]  # B = A^1
+            return
+        self.question_embedding = keras.layers.Embedding(
+            self.vocab_size,
+            self.embed_dim,
+            embeddings_initializer=fresh_initializer(
+                self.embeddings_initializer, 2 * len(names)
+            ),
+            dtype=self.dtype_policy,
+            name="embedding_b",
+        )
+        self.question_embedding.build((None,))
+        self.hop_map = keras.layers.Dense(
+            self.embed_dim,
+            use_bias=False,
+            kernel_initializer=fresh_initializer(self.kernel_initializer, 0),
+            dtype=self.dtype_policy,
+            name="hop_map",
+        )
+        self.hop_map.build((None, self.embed_dim))
+        self.answer = keras.layers.Dense(
+            self.vocab_size,
+            use_bias=False,
+            kernel_initializer=fresh_initializer(self.kernel_initializer, 1),
+            dtype=self.dtype_policy,
+            name="answer",
+        )
+        self.answer.build((None, self.embed_dim))
+
+    def _check_shapes(self, story_shape, question_shape):
+        story, question = static_shape(story_shape), static_shape(question_shape)
+        if len(story) != 3:
+            raise input_error(
+                self,
+                "story",
+                "a rank-3 tensor [batch, memories, words] of word ids",
+                f"shape {story}",
+            )
+        if len(question) != 2:
+            raise input_error(
+                self,
+                "question",
+                "a rank-2 tensor [batch, words] of word ids",
+                f"shape {question}",
+            )
+        if story[1] is not None and story[1] > self.max_memories:
+            raise input_error(
+                self,
+                "story",
+                f"at most max_memories={self.max_memories} memories (axis 1)",
+                f"shape {story}",
+            )
+        if story[2] is not None and story[2] > self.max_words:
+            raise input_error(
+                self,
+                "story",
+                f"at most max_words={self.max_words} words (axis 2)",
+                f"shape {story}",
+            )
+        if question[1] is not None and question[1] > self.max_words:
+            raise input_error(
+                self,
+                "question",
+                f"at most max_words={self.max_words} words (axis 1)",
+                f"shape {question}",
+            )
+        if None not in (story[0], question[0]) and story[0] != question[0]:
+            raise input_error(
+                self,
+                "question",
+                f"the batch size of story ({story[0]})",
+                f"shape {question}",
+            )
+
+    def _check_ids(self, argument, ids):
+        dtype = keras.backend.standardize_dtype(ids.dtype)
+        if "int" not in dtype:
+            raise input_error(
+                self, argument, "an integer tensor of word ids", f"dtype {dtype}"
+            )
+        values = _concrete(ids)
+        if values is not None and values.size:
+            low, high = int(values.min()), int(values.max())
+            if low < 0 or high >= self.vocab_size:
+                raise input_error(
+                    self,
+                    argument,
+                    f"word ids in [0, vocab_size={self.vocab_size})",
+                    f"ids in [{low}, {high}]",
+                )
+
+    def _encode(self, table, ids, word_mask):
+        """``sum_j l_j * E x_j`` over the last axis of ``ids``: ``[..., d]``."""
+        embedded = table(ids)  # [..., W, d], compute dtype
+        if self.position_encoding:
+            weights = position_encoding(word_mask, self.embed_dim, embedded.dtype)
+        else:
+            weights = ops.expand_dims(ops.cast(word_mask, embedded.dtype), -1)
+        return ops.sum(embedded * weights, axis=-2)
+
+    def call(self, story, question, story_mask=None, return_attention=False):
+        story = ops.convert_to_tensor(story)
+        question = ops.convert_to_tensor(question)
+        self._check_shapes(story.shape, question.shape)
+        self._check_ids("story", story)
+        self._check_ids("question", question)
+        batch, memories = static_shape(story.shape)[:2]
+        check_mask_shape(self, "story_mask", story_mask, (batch, memories))
+        dtype = self.compute_dtype
+        word_mask = ops.not_equal(story, 0)  # [B, M, W]
+        if story_mask is None:
+            memory_mask = ops.any(word_mask, axis=-1)
+        else:
+            memory_mask = masking.as_bool(story_mask)
+        # Row of the temporal encodings: the number of real memories after
+        # each one (0 for the most recent), in [0, M - 1].
+        real = ops.cast(memory_mask, "int32")
+        recency = ops.sum(real, axis=1, keepdims=True) - ops.cumsum(real, axis=1)
+
+        encoded = {}  # table index -> memory vectors [B, M, d]
+
+        def memory_vectors(index):
+            if index not in encoded:
+                vectors = self._encode(self.embeddings[index], story, word_mask)
+                if self.temporal_encoding:
+                    table = ops.cast(self.temporal[index], dtype)
+                    vectors = vectors + ops.take(table, recency, axis=0)
+                encoded[index] = vectors
+            return encoded[index]
+
+        u = self._encode(self.question_embedding, question, ops.not_equal(question, 0))
+        sdtype = score_dtype(dtype)
+        attention = []
+        for hop in range(self.hops):
+            m = memory_vectors(self._table_index(hop, "input"))
+            c = memory_vectors(self._table_index(hop, "output"))
+            scores = ops.sum(
+                ops.cast(m, sdtype) * ops.expand_dims(ops.cast(u, sdtype), 1), -1
+            )
+            p = ops.cast(masking.masked_softmax(scores, memory_mask), dtype)
+            o = ops.sum(ops.expand_dims(p, -1) * c, axis=1)
+            u = (u if self.weight_tying == "adjacent" else self.hop_map(u)) + o
+            attention.append(p)
+        if self.weight_tying == "adjacent":
+            table = ops.cast(self.embeddings[-1].embeddings, dtype)  # W^T = C^K
+            logits = ops.matmul(u, ops.transpose(table))
+        else:
+            logits = self.answer(u)
+        if return_attention:
+            return logits, ops.stack(attention, axis=1)
+        return logits
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "embed_dim": self.embed_dim,
+            "max_memories": self.max_memories,
+            "max_words": self.max_words,
+            "hops": self.hops,
+            "position_encoding": self.position_encoding,
+            "temporal_encoding": self.temporal_encoding,
+            "weight_tying": self.weight_tying,
+            "embeddings_initializer": keras.initializers.serialize(
+                self.embeddings_initializer
+            ),
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }
