@@ -22,6 +22,12 @@ from attention_layers.positional import (
 )
 from attention_layers.recurrent import AttentionDecoder, AttentionRNNCell
 from attention_layers.scaled_dot import ScaledDotProductAttention
+from attention_layers.span import (
+    BidirectionalAttentionFlow,
+    SpanPointer,
+    best_span,
+    span_loss,
+)
 from attention_layers.transformer import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
@@ -34,6 +40,7 @@ __all__ = [
     "AttentionPooling",
     "AttentionRNNCell",
     "BahdanauAttention",
+    "BidirectionalAttentionFlow",
     "CoverageLoss",
     "HardAttention",
     "LocalAttention",
@@ -46,13 +53,16 @@ __all__ = [
     "ScaledDotProductAttention",
     "ScoreAttention",
     "SinusoidalPositionEncoding",
+    "SpanPointer",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "best_span",
     "copy_step_inputs",
     "coverage_loss",
     "extended_source_ids",
     "extended_target_ids",
     "masked_softmax",
     "merge_masks",
+    "span_loss",
 ]

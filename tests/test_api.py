@@ -7,6 +7,7 @@ PUBLIC = [
     "AttentionPooling",
     "AttentionRNNCell",
     "BahdanauAttention",
+    "BidirectionalAttentionFlow",
     "CoverageLoss",
     "HardAttention",
     "LocalAttention",
@@ -19,15 +20,18 @@ PUBLIC = [
     "ScaledDotProductAttention",
     "ScoreAttention",
     "SinusoidalPositionEncoding",
+    "SpanPointer",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "best_span",
     "copy_step_inputs",
     "coverage_loss",
     "extended_source_ids",
     "extended_target_ids",
     "masked_softmax",
     "merge_masks",
+    "span_loss",
 ]
 
 
