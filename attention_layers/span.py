@@ -116,6 +116,9 @@ class BidirectionalAttentionFlow(ScoreAttention):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     # -- shapes -------------------------------------------------------------
+    def build(self, query_shape, value_shape):
+        super().build(query_shape, value_shape)
+
     def _check_shapes(self, query_shape, value_shape, key_shape):
         query, value = static_shape(query_shape), static_shape(value_shape)
         if len(query) != 3:
@@ -142,18 +145,18 @@ class BidirectionalAttentionFlow(ScoreAttention):
                 "a known last dimension (the size of w is 3 * dim)",
                 f"shape {tuple(query_shape)}",
             )
-        if dv is not None and dv != d:
-            raise self._error(
-                "value",
-                f"last dimension equal to the query's ({d}), for h_t * u_j",
-                f"shape {tuple(key_shape)}",
-            )
         kernel = getattr(self, "kernel", None)
         if kernel is not None and kernel.shape[0] != 3 * d:
             raise self._error(
                 "query",
                 f"last dimension {kernel.shape[0] // 3} (as when the layer was built)",
                 f"shape {tuple(query_shape)}",
+            )
+        if dv is not None and dv != d:
+            raise self._error(
+                "value",
+                f"last dimension equal to the query's ({d}), for h_t * u_j",
+                f"shape {tuple(key_shape)}",
             )
 
     def build_score(self, query_shape, key_shape):

@@ -175,7 +175,9 @@ def test_similarity_attentions_and_output_match_numpy(masked):
     layer = bidaf(h, u)
     w = layer.get_weights()[0]
     s_want, c2q_want, q2c_want, g_want = reference(h, u, w, pm, qm)
-    np.testing.assert_allclose(np_(layer.score(h, u)), reference(h, u, w)[0], 1e-5)
+    np.testing.assert_allclose(
+        np_(layer.score(h, u)), reference(h, u, w)[0], rtol=1e-5, atol=1e-6
+    )
     g, (c2q, q2c) = layer(
         h, u, query_mask=pm, value_mask=qm, return_attention_scores=True
     )
@@ -675,7 +677,8 @@ def test_span_functions_bad_input_raise_clear_errors():
         err("best_span", "max_span_length", lambda b=bad: al.best_span(s, e, b))
     err("best_span", "start_logits", lambda: al.best_span(s[0], e, 2))
     err("best_span", "end_logits", lambda: al.best_span(s, e[:, :-1], 2))
-    err("best_span", "start_logits", lambda: al.best_span(s.astype("int32"), e, 2))
+    ints = np.nan_to_num(s).astype("int32")
+    err("best_span", "start_logits", lambda: al.best_span(ints, e, 2))
     err("best_span", "mask", lambda: al.best_span(s, e, 2, mask=mask[:, :-1]))
     start = np.zeros(len(s), "int32")
     err("span_loss", "start", lambda: al.span_loss(s, e, start[:-1], start))
@@ -700,7 +703,10 @@ def qa_data(n, seed):
     for k in range(n):
         length = rng.integers(9, P_LEN + 1)
         passages[k, length:] = 0
-        slots = rng.choice(np.arange(0, length - ANSWER, ANSWER + 1), MARKERS, False)
+        while True:  # markers anywhere, none inside another's answer
+            slots = rng.choice(length - ANSWER, MARKERS, replace=False)
+            if np.diff(np.sort(slots)).min() > ANSWER:
+                break
         for m, slot in enumerate(slots):
             passages[k, slot] = m + 1
         asked = rng.integers(MARKERS)
@@ -737,7 +743,8 @@ def exact_match(model, x, y):
     return float(np.mean((start == y["start"]) & (end == y["end"])))
 
 
-def test_tiny_extractive_task_is_learned_with_jit_compile(tmp_path):
+@pytest.mark.slow  # 15 to 30 s on two CPU cores: make test-slow
+def test_tiny_extractive_task_is_learned_with_jit_compile():
     keras.utils.set_random_seed(1)
     model = qa_model()
     model.compile(
@@ -748,28 +755,35 @@ def test_tiny_extractive_task_is_learned_with_jit_compile(tmp_path):
         },
         jit_compile=True,
     )
-    x, y = qa_data(1500, seed=0)
+    x, y = qa_data(1000, seed=0)
     x_test, y_test = qa_data(200, seed=1)
     chance = 1.0 / (P_LEN * (ANSWER + 1))
     before = exact_match(model, x_test, y_test)
     began = time.perf_counter()
-    history = model.fit(x, y, batch_size=50, epochs=12, verbose=0)
+    history = model.fit(x, y, batch_size=20, epochs=5, verbose=0)
     took = time.perf_counter() - began
     assert np.isfinite(history.history["loss"]).all()
     after = exact_match(model, x_test, y_test)
+    # Picking one of the three markers blindly would match a third of the time.
     assert after > 0.6 and after > 10 * chance, (before, after, took)
     # The loss of the two pointers is span_loss.
     out = model.predict(x_test, verbose=0)
     per_example = np_(al.span_loss(out["start"], out["end"], *y_test.values()))
     total = model.evaluate(x_test, y_test, verbose=0)[0]
-    np.testing.assert_allclose(per_example.mean(), total, rtol=1e-4)
-    # The trained model survives a .keras round trip.
+    np.testing.assert_allclose(per_example.mean(), total, rtol=1e-4, atol=1e-6)
+
+
+def test_qa_model_keras_file_round_trip(tmp_path):
+    """The whole reader (explicit masks from the ids, BiDAF, the pointer)
+    reloads from .keras with no custom_objects."""
+    model = qa_model()
+    x, _ = qa_data(8, seed=3)
+    want = model.predict(x, verbose=0)
     path = os.path.join(tmp_path, "qa.keras")
     model.save(path)
-    loaded = keras.saving.load_model(path)
-    got = loaded.predict(x_test, verbose=0)
+    got = keras.saving.load_model(path).predict(x, verbose=0)
     for name in ("start", "end"):
-        np.testing.assert_allclose(got[name], out[name], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got[name], want[name])
 
 
 # -- SavedModel served without the library ---------------------------------------------
