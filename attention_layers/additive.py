@@ -82,7 +82,7 @@ def additive_scores(
     ...                     np.zeros((1, 2, 3), "float32"), np.ones(3, "float32"),
     ...                     coverage=np.array([[[0.0, 1.0]]], "float32"),
     ...                     coverage_weight=np.ones(3, "float32"))
-    >>> np.round(np.asarray(s)[0, 0], 4).tolist()  # [3 tanh(0), 3 tanh(1)]
+    >>> np.round(np.asarray(s)[0, 0], 4).tolist()  # 3 tanh(0) and 3 tanh(1)
     [0.0, 2.2848]
     """
     if coverage is not None:
