@@ -13,7 +13,7 @@ is more than a context. It runs the contract (tests/contract.py) through
 * ``q2c``: checked here by hand, under padding, NaN and fully masked rows,
   and served without the library;
 * SavedModel without the library: here, with ``q2c`` and a whole span model
-  in the same process;
+  in the same process; the same numbers on JAX (clause 7) likewise;
 * ``mixed_float16``: written here. The scores and softmaxes are float32, but
   ``G`` holds products ``h_t * U~_t`` in float16, which overflow at the
   contract's 300x scale (``|h| |u| > 65504``); the attentions and
@@ -35,6 +35,8 @@ causal mask.
 
 import json
 import os
+import subprocess
+import sys
 import time
 from functools import partial
 
@@ -840,6 +842,43 @@ def test_saved_models_are_served_without_the_library(tmp_path):
         "span": (spans, x),
     }
     contract.assert_served_without_library(models, tmp_path)
+
+
+@pytest.mark.tf_only
+@pytest.mark.slow  # a second backend in a subprocess
+def test_jax_backend_gives_the_same_numbers(tmp_path):
+    """The case models and the reader, saved on TensorFlow, predict the same
+    numbers on JAX (clause 7 of the contract)."""
+    from tests.test_contract import _JAX_PREDICT
+
+    x, _ = qa_data(4, seed=4)
+    models = {
+        "bidaf": (BIDAF.functional_model(BIDAF.make()), BIDAF.feed()),
+        "attentions": (attentions_model(BIDAF), BIDAF.feed()),
+        "span_pointer": (SPAN.functional_model(SPAN.make()), SPAN.feed()),
+        "reader": (qa_model(), x),
+    }
+    expected = {}
+    for name, (model, feed) in models.items():
+        expected[name] = model.predict(feed, verbose=0)
+        model.save(tmp_path / f"{name}.keras")
+        np.savez(tmp_path / f"{name}.in.npz", **feed)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _JAX_PREDICT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, want in expected.items():
+        got = dict(np.load(tmp_path / f"{name}.jax.npz"))
+        assert set(got) == set(want), name
+        for key in want:
+            np.testing.assert_allclose(
+                want[key], got[key], rtol=1e-5, atol=1e-6, err_msg=f"{name}/{key}"
+            )
 
 
 def test_config_keeps_every_argument():
