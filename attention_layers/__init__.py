@@ -28,6 +28,12 @@ from attention_layers.positional import (
 )
 from attention_layers.recurrent import AttentionDecoder, AttentionRNNCell
 from attention_layers.scaled_dot import ScaledDotProductAttention
+from attention_layers.span import (
+    BidirectionalAttentionFlow,
+    SpanPointer,
+    best_span,
+    span_loss,
+)
 from attention_layers.transformer import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
@@ -40,6 +46,7 @@ __all__ = [
     "AttentionPooling",
     "AttentionRNNCell",
     "BahdanauAttention",
+    "BidirectionalAttentionFlow",
     "CoverageLoss",
     "HardAttention",
     "LocalAttention",
@@ -54,9 +61,11 @@ __all__ = [
     "ScaledDotProductAttention",
     "ScoreAttention",
     "SinusoidalPositionEncoding",
+    "SpanPointer",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "best_span",
     "copy_step_inputs",
     "coverage_loss",
     "extended_source_ids",
@@ -64,4 +73,5 @@ __all__ = [
     "masked_softmax",
     "memory_supervision_loss",
     "merge_masks",
+    "span_loss",
 ]

@@ -7,6 +7,7 @@ PUBLIC = [
     "AttentionPooling",
     "AttentionRNNCell",
     "BahdanauAttention",
+    "BidirectionalAttentionFlow",
     "CoverageLoss",
     "HardAttention",
     "LocalAttention",
@@ -21,9 +22,11 @@ PUBLIC = [
     "ScaledDotProductAttention",
     "ScoreAttention",
     "SinusoidalPositionEncoding",
+    "SpanPointer",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_scores",
+    "best_span",
     "copy_step_inputs",
     "coverage_loss",
     "extended_source_ids",
@@ -31,6 +34,7 @@ PUBLIC = [
     "masked_softmax",
     "memory_supervision_loss",
     "merge_masks",
+    "span_loss",
 ]
 
 
