@@ -13,6 +13,7 @@ import warnings
 from typing import NamedTuple
 
 import keras
+import numpy as np
 from keras import ops
 
 from attention_layers import masking
@@ -60,6 +61,16 @@ def apply_dense(layer, x):
     lead = ops.shape(x)[:-1]
     out = layer(ops.reshape(x, (-1, ops.shape(x)[-1])))
     return ops.reshape(out, (*lead, layer.units))
+
+
+def concrete_value(x):
+    """``x`` as a numpy array when its value is known now (eager), else None
+    (a symbolic or traced tensor has no value before run time): for checks
+    of values that can only be made eagerly."""
+    try:
+        return np.asarray(ops.convert_to_numpy(x))
+    except Exception:  # symbolic or traced
+        return None
 
 
 def input_error(layer, argument, expected, received):

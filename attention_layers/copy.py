@@ -24,7 +24,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from attention_layers.base import check_mask_shape, input_error, linear, static_shape
+from attention_layers.base import (
+    check_mask_shape,
+    concrete_value,
+    input_error,
+    linear,
+    static_shape,
+)
 from attention_layers.decoding.common import NEG_INF
 
 # The least copy mass a word present in the source gets: its attention can
@@ -32,15 +38,6 @@ from attention_layers.decoding.common import NEG_INF
 # log(0) would make the loss of copying it infinite. The floor adds at most
 # S * 1e-30 to the total probability, below float32 resolution near 1.
 COPY_FLOOR = 1e-30
-
-
-def _concrete(x):
-    """The value of ``x`` as a numpy array when it is known now (not symbolic,
-    not traced), else None."""
-    try:
-        return np.asarray(ops.convert_to_numpy(x))
-    except Exception:  # a symbolic or traced tensor: no value before run time
-        return None
 
 
 def _as_mask(mask, like):
@@ -417,10 +414,10 @@ class PointerGenerator(keras.layers.Layer):
     def _check_ids(self, source_ids, mask, extended):
         """Refuse out-of-range ids at unmasked positions when their values are
         known now; inside a traced function they are clipped by the caller."""
-        ids = _concrete(source_ids)
+        ids = concrete_value(source_ids)
         if ids is None:
             return
-        keep = np.ones(ids.shape, bool) if mask is None else _concrete(mask)
+        keep = np.ones(ids.shape, bool) if mask is None else concrete_value(mask)
         if keep is None:
             return
         bad = np.logical_and(keep.astype(bool), (ids < 0) | (ids >= extended))

@@ -133,13 +133,7 @@ class CoverageLoss(keras.layers.Layer):
 
     def __init__(self, weight=1.0, **kwargs):
         super().__init__(**kwargs)
-        try:
-            ok = not isinstance(weight, bool) and float(weight) >= 0.0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise input_error(self, "weight", "a float >= 0", repr(weight))
-        self.weight = float(weight)
+        self.weight = _check_weight(self, weight)
         self.supports_masking = True
 
     def call(self, alignments, mask=None):
@@ -346,13 +340,7 @@ class MemorySupervisionLoss(keras.layers.Layer):
 
     def __init__(self, weight=1.0, hops=None, **kwargs):
         super().__init__(**kwargs)
-        try:
-            ok = not isinstance(weight, bool) and float(weight) >= 0.0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise input_error(self, "weight", "a float >= 0", repr(weight))
-        self.weight = float(weight)
+        self.weight = _check_weight(self, weight)
         # The range is checked against the attention's number of hops.
         self.hops = _hop_list(hops, self._hops_error)
 
@@ -385,3 +373,14 @@ class MemorySupervisionLoss(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "weight": self.weight, "hops": self.hops}
+
+
+def _check_weight(layer, weight):
+    """``weight`` as a float ``>= 0``, or a ``ValueError`` naming ``layer``."""
+    try:
+        ok = not isinstance(weight, bool) and float(weight) >= 0.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise input_error(layer, "weight", "a float >= 0", repr(weight))
+    return float(weight)

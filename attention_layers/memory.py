@@ -15,6 +15,7 @@ from attention_layers import masking
 from attention_layers.base import (
     check_mask_shape,
     check_positive_int,
+    concrete_value,
     fresh_initializer,
     input_error,
     score_dtype,
@@ -55,14 +56,6 @@ def position_encoding(word_mask, embed_dim, dtype="float32"):
     k = ops.cast(ops.arange(1, embed_dim + 1), dtype) / float(embed_dim)  # k / d
     weights = (1.0 - frac) - k * (1.0 - 2.0 * frac)
     return weights * ops.expand_dims(mask, -1)
-
-
-def _concrete(x):
-    """``x`` as a numpy array when its value is known now, else None."""
-    try:
-        return np.asarray(ops.convert_to_numpy(x))
-    except Exception:  # symbolic or traced: no value before run time
-        return None
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -325,7 +318,7 @@ class MemoryNetwork(keras.layers.Layer):
             raise input_error(
                 self, argument, "an integer tensor of word ids", f"dtype {dtype}"
             )
-        values = _concrete(ids)
+        values = concrete_value(ids)
         if values is not None and values.size:
             low, high = int(values.min()), int(values.max())
             if low < 0 or high >= self.vocab_size:

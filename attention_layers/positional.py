@@ -7,12 +7,12 @@ encodings as one call over the whole sequence.
 """
 
 import keras
-import numpy as np
 from keras import ops
 
 from attention_layers.base import (
     check_float,
     check_positive_int,
+    concrete_value,
     input_error,
     static_shape,
 )
@@ -29,15 +29,6 @@ def _check_inputs(layer, inputs, ranks):
         raise input_error(layer, "inputs", expected, f"shape {shape}")
     check_float(layer, "inputs", inputs)
     return shape
-
-
-def _concrete(x):
-    """The value of ``x`` as a numpy array when it is known now (not symbolic,
-    not traced), else None."""
-    try:
-        return np.asarray(ops.convert_to_numpy(x))
-    except Exception:  # a symbolic or traced tensor: no value before run time
-        return None
 
 
 def _positions(layer, inputs, start_index, positions):
@@ -228,11 +219,11 @@ class PositionEmbedding(keras.layers.Layer):
         length = static_shape(inputs.shape)[1]
         last = None
         if positions is None:
-            start = _concrete(start_index)
+            start = concrete_value(start_index)
             if start is not None and start.ndim == 0 and length is not None:
                 last, argument = int(start) + length - 1, "start_index"
         else:
-            positions = _concrete(positions)
+            positions = concrete_value(positions)
             if positions is not None and positions.size:
                 last, argument = int(positions.max()), "positions"
         if last is not None and last >= self.sequence_length:

@@ -89,13 +89,13 @@ def remove_stale_partials(folder: str | Path) -> list[str]:
     return removed
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temporary file, fsync, rename)."""
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
     path = Path(path)
     tmp = path.with_name(partial_name(path.name))
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(tmp, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
@@ -103,6 +103,11 @@ def write_text(path: str | Path, text: str) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically, UTF-8 encoded (see `write_bytes`)."""
+    return write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: str | Path, payload: Any) -> Path:

@@ -47,7 +47,6 @@ import contextlib
 import gzip
 import io
 import lzma
-import os
 import re
 import shutil
 import statistics
@@ -57,7 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from pipelines.core.run_dir import cache_dir, partial_name
+from pipelines.core.run_dir import cache_dir, write_bytes
 
 from .errors import MissingDataError
 from .splits import Splits, split_pairs
@@ -260,7 +259,6 @@ def write_cache(
     modification time; then the header `COLUMNS`, one pair a line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(partial_name(path.name))
     lines = [CACHE_MAGIC]
     for file in files:
         stat = file.stat()
@@ -271,17 +269,8 @@ def write_cache(
         )
     lines.append("\t".join(COLUMNS))
     lines.extend("\t".join(record) for record in records)
-    try:
-        with open(tmp, "wb") as raw:
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
-                handle.write(("\n".join(lines) + "\n").encode("utf-8"))
-            raw.flush()
-            os.fsync(raw.fileno())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    text = "\n".join(lines) + "\n"
+    return write_bytes(path, gzip.compress(text.encode("utf-8"), mtime=0))
 
 
 def read_cache(path: str | Path) -> list[DebianDescription]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import random
 import shutil
 import subprocess
@@ -213,7 +214,7 @@ def test_cache_crash_leaves_old_cache(tmp_path: Path, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(debian.os, "fsync", crash)
+    monkeypatch.setattr(os, "fsync", crash)  # the atomic write fails
     with pytest.raises(OSError, match="disk full"):
         read_debian_descriptions(lists, cache, refresh=True)
     assert cache.read_bytes() == before
