@@ -34,12 +34,12 @@ test: $(STAMP) lint
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m "not slow"
 
-## test-slow: real training runs to their stated accuracy, and the docs and
-## docstring examples on JAX (make test runs them on TensorFlow).
+## test-slow: real training runs to their stated accuracy, and on JAX the
+## examples and integration tests that make test runs on TensorFlow only
+## (conftest.py's JAX_SLOW_MODULES).
 test-slow: $(STAMP)
 	$(PYTEST) -n 2 -m slow
-	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) ATTENTION_LAYERS_DOCS_ON_JAX=1 \
-		$(PYTEST) -n 2 attention_layers tests/test_docs.py::test_python_blocks_run
+	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m jax_slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

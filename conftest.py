@@ -35,16 +35,17 @@ if keras.backend.backend() == "tensorflow":
     )
 
 
-# The examples of the docs pages and docstrings run in the TensorFlow half of
-# `make test`; `make test-slow` runs the layer pages and docstrings on JAX as
-# well (this variable set).
-DOCS_ON_JAX = os.environ.get("ATTENTION_LAYERS_DOCS_ON_JAX") == "1"
-
-
 # Tasks whose pipeline contract runs in `make test-slow` only: the example
 # task of adding_a_task.md proves that a new task needs no new test code; the
 # built-in tasks prove the contract in `make test`.
 SLOW_TASKS = {"locale"}
+
+# On JAX, `make test` runs the shared layer contract and the layers' own
+# tests; these run in `make test-slow` (marker `jax_slow`), as they did in
+# the TensorFlow half of `make test`: the docs and docstring examples, and
+# the integration tests of the decoding loops, the Transformer stacks and the
+# multi-head kernels' equivalence grids (JAX compiles each of their loops).
+JAX_SLOW_MODULES = {"test_decoding.py", "test_multi_head.py", "test_transformer.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
@@ -55,18 +56,15 @@ def pytest_collection_modifyitems(config, items):
     if keras.backend.backend() == "tensorflow":
         return
     skip = pytest.mark.skip(reason="needs the TensorFlow backend")
-    skip_docs = pytest.mark.skip(
-        reason="docs and docstring examples run on JAX in make test-slow "
-        "(ATTENTION_LAYERS_DOCS_ON_JAX=1)"
-    )
     for item in items:
         # The pipelines are TensorFlow programs (tf.data, tf-text, SavedModels):
         # their doctests and pages run once, in the TensorFlow half.
         pipeline_docs = "test_python_blocks_run[pipelines/" in item.nodeid
         if "tf_only" in item.keywords or pipeline_docs or _in_pipelines(item):
             item.add_marker(skip)
-        elif _is_example(item) and not DOCS_ON_JAX:
-            item.add_marker(skip_docs)
+        elif _is_example(item) or item.path.name in JAX_SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.jax_slow)
 
 
 def _is_example(item) -> bool:
