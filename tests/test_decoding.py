@@ -124,6 +124,44 @@ def test_beam_width_one_is_greedy():
     np.testing.assert_allclose(beam["scores"][:, 0], greedy["scores"], rtol=1e-6)
 
 
+@pytest.mark.parametrize("min_length", [0, 1, 2])
+def test_min_length_holds_the_end_back_and_keeps_the_model_scores(min_length):
+    """From START, END and A are equally likely; A then ends with 0.8, or
+    goes on with A at 0.2. Before min_length tokens END cannot be chosen."""
+    starts = np.array([START])
+    tokens = {0: [END], 1: [A, END], 2: [A, A, END]}[min_length]
+    expected = seq_logp(LOGP2, START, tokens)
+    padded = tokens + [END] * (4 - len(tokens))
+    greedy = npy(greedy_search(bigram_step(LOGP2), (), starts, END, 4, min_length))
+    assert greedy["tokens"].tolist() == [padded]
+    assert greedy["lengths"].tolist() == [len(tokens)]
+    # The score is the model's log-probability, not renormalised.
+    np.testing.assert_allclose(greedy["scores"], [expected], rtol=1e-5)
+    beam = npy(
+        beam_search(
+            bigram_step(LOGP2), (), starts, END, 4, 2, min_length=ops.array(min_length)
+        )
+    )
+    assert beam["tokens"][0, 0].tolist() == padded
+    np.testing.assert_allclose(beam["log_probs"][0, 0], expected, rtol=1e-5)
+    assert (beam["lengths"][0] > min_length).all()
+    sampled = npy(
+        sample(bigram_step(LOGP2), (), starts, END, 4, top_k=1, seed=0,
+               min_length=min_length)
+    )  # fmt: skip
+    if min_length:
+        assert sampled["tokens"].tolist() == [padded]
+    else:  # END and A tie at the first step: top-1 keeps both
+        assert sampled["tokens"][0, 0] in (END, A)
+
+
+def test_min_length_out_of_range_is_refused():
+    for fn in (greedy_search, beam_search):
+        extra = {"beam_width": 2} if fn is beam_search else {}
+        with pytest.raises(ValueError, match=r"min_length.*\[0, max_length=4\]"):
+            fn(bigram_step(LOGP), (), np.array([START]), END, 4, min_length=5, **extra)
+
+
 @pytest.mark.parametrize("width", [1, 2, 3])
 def test_num_beams_at_run_time_equals_that_static_width(width):
     """beam_width=4 buffers with num_beams=w give beam search of width w."""

@@ -6,8 +6,10 @@ from keras import ops
 from attention_layers.decoding.common import (
     NEG_INF,
     as_ids,
+    check_min_length,
     check_positive_int,
     check_state,
+    forbid_early_end,
     while_not_done,
     write_step,
 )
@@ -109,6 +111,7 @@ def beam_search(
     length_penalty=0.0,
     coverage_penalty=0.0,
     num_beams=None,
+    min_length=0,
 ):
     """Beam search with GNMT's length and coverage penalties, n-best output.
 
@@ -151,6 +154,11 @@ def beam_search(
             ``num_beams`` best candidates survive each step, which is beam
             search of that width inside buffers of ``beam_width``. The
             hypotheses past ``num_beams`` come last with score ``-1e9``.
+        min_length: the fewest tokens before the end token (int in ``[0,
+            max_length]``, or a scalar int tensor chosen at run time): until
+            then no hypothesis can end (summarization decodes with one, See
+            et al. 2017). Scores stay the model's log-probabilities (the
+            end token's mass is not spread over the others). 0: no minimum.
 
     Returns:
         A dict, hypotheses sorted best first: ``tokens [B, K, max_length]``
@@ -183,6 +191,7 @@ def beam_search(
     fn_name = "beam_search"
     check_positive_int(fn_name, "max_length", max_length)
     check_positive_int(fn_name, "beam_width", beam_width)
+    min_length = check_min_length(fn_name, min_length, max_length)
     k = beam_width
     start_ids = as_ids(fn_name, start_ids)
     end_id = ops.cast(end_id, "int32")
@@ -197,6 +206,7 @@ def beam_search(
         finished = carry["finished"]
         alive = ops.logical_not(finished)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        log_probs = forbid_early_end(log_probs, t, min_length, end_id)
         vocab = ops.shape(log_probs)[-1]
         # A finished hypothesis only extends with end_id, at zero cost.
         end_only = ops.where(ops.arange(vocab) == end_id, 0.0, NEG_INF)

@@ -143,6 +143,38 @@ def check_state(fn_name, state, max_length, rows=None):
             )
 
 
+def check_min_length(fn_name, min_length, max_length):
+    """``min_length`` as given, or None when it is the Python number 0.
+
+    A Python int must lie in ``[0, max_length]``; a tensor (a serving input)
+    is used as it is, a value at or below 0 meaning no minimum.
+    """
+    if isinstance(min_length, bool):
+        raise ValueError(
+            f"{fn_name}: `min_length` must be an int or a scalar int tensor, "
+            f"received {min_length!r}."
+        )
+    if isinstance(min_length, int):
+        if not 0 <= min_length <= max_length:
+            raise ValueError(
+                f"{fn_name}: `min_length` must be in [0, max_length={max_length}], "
+                f"received {min_length}."
+            )
+        return None if min_length == 0 else min_length
+    return ops.cast(min_length, "int32")
+
+
+def forbid_early_end(values, t, min_length, end_id):
+    """``values [N, V]`` with the ``end_id`` column at ``NEG_INF`` while
+    ``t < min_length``: a hypothesis has at least ``min_length`` tokens
+    before its end token. Nothing changes with ``min_length`` None."""
+    if min_length is None:
+        return values
+    vocab = ops.shape(values)[-1]
+    early = ops.logical_and(t < min_length, ops.arange(vocab) == end_id)
+    return ops.where(ops.expand_dims(early, 0), NEG_INF, values)
+
+
 def as_ids(fn_name, start_ids):
     start_ids = ops.convert_to_tensor(start_ids)
     if len(start_ids.shape) != 1:

@@ -4,24 +4,38 @@ from keras import ops
 
 from attention_layers.decoding.common import (
     as_ids,
+    check_min_length,
     check_positive_int,
     check_state,
+    forbid_early_end,
     while_not_done,
     write_step,
 )
 
 
 def pick_loop(
-    fn_name, step_fn, initial_state, start_ids, end_id, max_length, pick, pick_state
+    fn_name,
+    step_fn,
+    initial_state,
+    start_ids,
+    end_id,
+    max_length,
+    pick,
+    pick_state,
+    min_length=0,
 ):
     """The loop of greedy search and sampling.
 
     ``pick(logits [B, V] float32, pick_state) -> (ids [B], new_pick_state)``
     chooses the next tokens. The first step runs before the loop, so the
     carried state has exactly the structure the step function returns and the
-    alignment buffer can take the alignment's shape.
+    alignment buffer can take the alignment's shape. Before ``min_length``
+    tokens the end token is taken out of both the logits ``pick`` sees and
+    the log-probabilities the score adds (not renormalised: the score stays
+    the model's log-probability of the tokens).
     """
     check_positive_int(fn_name, "max_length", max_length)
+    min_length = check_min_length(fn_name, min_length, max_length)
     start_ids = as_ids(fn_name, start_ids)
     end_id = ops.cast(end_id, "int32")
     batch = ops.shape(start_ids)[0]
@@ -30,7 +44,10 @@ def pick_loop(
     def update(t, logits, state, alignment, carry):
         finished = carry["finished"]
         logits = ops.cast(logits, "float32")
-        log_probs = ops.log_softmax(logits, axis=-1)
+        log_probs = forbid_early_end(
+            ops.log_softmax(logits, axis=-1), t, min_length, end_id
+        )
+        logits = forbid_early_end(logits, t, min_length, end_id)
         ids, new_pick_state = pick(logits, carry["pick_state"])
         ids = ops.where(finished, end_id, ops.cast(ids, "int32"))
         token_lp = ops.take_along_axis(log_probs, ops.expand_dims(ids, 1), axis=1)
@@ -77,7 +94,7 @@ def pick_loop(
     return out, carry["pick_state"]
 
 
-def greedy_search(step_fn, initial_state, start_ids, end_id, max_length):
+def greedy_search(step_fn, initial_state, start_ids, end_id, max_length, min_length=0):
     """Greedy decoding: the most probable token at every step.
 
     The loop is a ``keras.ops.while_loop`` over static-shaped buffers
@@ -93,6 +110,9 @@ def greedy_search(step_fn, initial_state, start_ids, end_id, max_length):
         start_ids: ``[B]`` int, the first input tokens (e.g. ``<s>``).
         end_id: the end-of-sequence id (int or scalar tensor).
         max_length: Python int, the most tokens generated (end included).
+        min_length: the fewest tokens before the end token (int in ``[0,
+            max_length]``, or a scalar int tensor, e.g. a serving input):
+            until then the end token cannot be chosen. 0: no minimum.
 
     Returns:
         A dict: ``tokens [B, max_length]`` int32, the generated tokens (the
@@ -117,6 +137,10 @@ def greedy_search(step_fn, initial_state, start_ids, end_id, max_length):
     ([[0, 0, 0], [0, 0, 0]], [1, 1])
     >>> np.round(np.asarray(out["scores"]), 3).tolist()
     [-0.693, -0.223]
+    >>> out = greedy_search(step_fn, (), np.array([2, 1]), end_id=0, max_length=3,
+    ...                     min_length=1)  # at least one token before the end
+    >>> np.asarray(out["tokens"]).tolist(), np.asarray(out["lengths"]).tolist()
+    ([[1, 0, 0], [1, 0, 0]], [2, 2])
     """
 
     def pick(logits, pick_state):
@@ -131,5 +155,6 @@ def greedy_search(step_fn, initial_state, start_ids, end_id, max_length):
         max_length,
         pick,
         ops.zeros((), "int32"),
+        min_length,
     )
     return out

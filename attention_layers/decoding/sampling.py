@@ -56,6 +56,7 @@ def sample(
     top_k=None,
     top_p=None,
     seed=None,
+    min_length=0,
 ):
     """Ancestral sampling, with temperature, top-k and nucleus filtering.
 
@@ -80,6 +81,8 @@ def sample(
             ``tf.function`` or ``jax.jit`` pass a ``SeedGenerator`` created
             outside (as for every Keras random op): an int or None creates a
             new generator (a variable) at each call.
+        min_length: the fewest tokens before the end token (see
+            `greedy_search`).
 
     Returns:
         The dict of `greedy_search` (``tokens``, ``lengths``, ``scores``,
@@ -136,6 +139,7 @@ def sample(
         max_length,
         pick,
         ops.convert_to_tensor(generator.state.value),
+        min_length,
     )
     generator.state.assign(seed_state)
     return out
