@@ -41,6 +41,7 @@ setup(
             "babel",
             "pyyaml",
             "sacrebleu>=2.4",
+            "rouge-score>=0.1.2",
             "tensorboard>=2.21,<2.22",
             "tensorflow-serving-api>=2.21,<2.22",
         ],

@@ -4,6 +4,22 @@ Evaluation metrics are registered by name (`register`) and computed together
 (`score`); each returns a dict of values (and, for sacrebleu, the signature
 that makes the number reproducible). Tasks list the names they report.
 
+Registered: ``bleu`` and ``chrf`` (sacrebleu), ``exact_match``, ``rouge``.
+``rouge`` is ROUGE-1, -2 and -L F1 from Google's ``rouge-score`` (the
+reimplementation of ROUGE-1.5.5 that the field reports with; the Perl
+original cannot be installed here), with the Porter stemmer **on**, as See
+et al. 2017 and most papers report it; the mean F1 over summaries, times
+100. Its tokenizer lowercases and keeps ``[a-z0-9]`` only: **non-ASCII
+letters are dropped** ("café" is scored as "caf"; a text in another script
+scores 0).
+
+For summaries, two rates over lowercased word and punctuation tokens,
+pooled over the corpus (ours: no kept library computes them, they are a few
+lines of counting): `repeated_trigram_rate`, the share of a summary's
+trigrams that repeat an earlier one of the same summary (what coverage is
+meant to remove), and `novel_ngram_rate`, the share of summary n-grams
+absent from the source (how abstractive the summaries are).
+
 Example:
 
 >>> from pipelines.core.metrics import score
@@ -11,10 +27,18 @@ Example:
 ...                ["the cat sat on the mat"], ["the cat sat on the mat"])
 >>> round(scores["bleu"]), round(scores["chrf"]), scores["exact_match"]
 (100, 100, 1.0)
+>>> scores = score(["rouge"], ["the cats sat on a mat"], ["the cat sat on the mat"])
+>>> scores["rouge1"], scores["rouge2"], scores["rougeL"]
+(83.33, 60.0, 83.33)
+>>> repeated_trigram_rate(["a b c a b c"])  # "a b c" comes back: 1 of 4
+0.25
+>>> novel_ngram_rate(["the cat ran"], ["the cat sat"], n=1)
+0.3333
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 import keras
@@ -89,6 +113,76 @@ def exact_match(hypotheses, references) -> dict:
         for h, r in zip(hypotheses, references, strict=True)
     )
     return {"exact_match": round(hits / len(references), 4)}
+
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def words(text: str) -> list[str]:
+    """Lowercased word and punctuation tokens (Unicode-aware)."""
+    return _TOKEN.findall(str(text).lower())
+
+
+def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+@register("rouge")
+def rouge(hypotheses, references) -> dict:
+    """ROUGE-1/2/L F1 (mean over summaries, x100), Porter stemming on."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+    totals = dict.fromkeys(ROUGE_TYPES, 0.0)
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
+        result = scorer.score(str(reference), str(hypothesis))  # (target, prediction)
+        for name in ROUGE_TYPES:
+            totals[name] += result[name].fmeasure
+    out = {
+        name: round(100 * total / len(references), 2) for name, total in totals.items()
+    }
+    out["rouge_settings"] = (
+        "rouge-score F1, use_stemmer=True, mean over summaries x100; "
+        "non-ASCII characters are dropped by its tokenizer"
+    )
+    return out
+
+
+def repeated_trigram_rate(summaries: Sequence[str]) -> float:
+    """Repeated trigrams / all trigrams, within each summary, pooled.
+
+    A trigram counts as repeated at its second and later occurrences in the
+    same summary. 0 when no summary has a trigram.
+    """
+    repeated = total = 0
+    for summary in summaries:
+        seen: set[tuple[str, ...]] = set()
+        for gram in ngrams(words(summary), 3):
+            total += 1
+            repeated += gram in seen
+            seen.add(gram)
+    return round(repeated / total, 4) if total else 0.0
+
+
+def novel_ngram_rate(
+    summaries: Sequence[str], sources: Sequence[str], n: int = 2
+) -> float:
+    """Summary n-grams not found among the source's n-grams / all, pooled.
+
+    0 when no summary has an n-gram.
+    """
+    if len(summaries) != len(sources):
+        raise ValueError(
+            f"novel_ngram_rate: {len(summaries)} summaries for {len(sources)} sources."
+        )
+    novel = total = 0
+    for summary, source in zip(summaries, sources, strict=True):
+        known = set(ngrams(words(source), n))
+        grams = ngrams(words(summary), n)
+        total += len(grams)
+        novel += sum(gram not in known for gram in grams)
+    return round(novel / total, 4) if total else 0.0
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
