@@ -1,11 +1,14 @@
 """Tokenizers that run inside the TensorFlow graph, so a SavedModel takes raw text.
 
-Both tokenizers map a batch of strings to ragged int32 ids and back, using
+The tokenizers map a batch of strings to ragged int32 ids and back, using
 only ops that TF Serving links: core TensorFlow string ops, a
-``tf.lookup.StaticHashTable`` (characters) and tensorflow-text's
+``tf.lookup.StaticHashTable`` (characters, words) and tensorflow-text's
 ``FastWordpieceTokenizer`` (subwords; its ops are in TF Text's ``ops_lib``).
+`WordTokenizer` also gives each word a key and writes out the extended ids
+of a copy mechanism (`attention_layers.PointerGenerator`): a copied
+out-of-vocabulary word comes out as the source's own string.
 
-Ids 0-3 are reserved in both: ``[PAD]``, ``[UNK]``, ``[START]``, ``[END]``.
+Ids 0-3 are reserved in all: ``[PAD]``, ``[UNK]``, ``[START]``, ``[END]``.
 
 Example:
 
@@ -152,14 +155,138 @@ class SubwordTokenizer(tf.Module):
         write_text(path, json.dumps({"kind": self.kind, "vocab": self.pieces}))
 
 
-def load_tokenizer(path: Path) -> CharTokenizer | SubwordTokenizer:
+# Punctuation and symbols are words of their own; letters, digits and marks
+# (RE2's Unicode classes: "café" and "naïve" stay whole) make up the others.
+_SYMBOL = r"([^\pL\pN\pM\s])"
+
+
+class WordTokenizer(tf.Module):
+    """Words and punctuation, the vocabulary of a copy mechanism.
+
+    Text is normalised (`normalize`) and split into runs of letters, digits
+    and marks, and single other characters; the ``vocab_size - 4`` most
+    frequent words of the training text (ties by first appearance) get ids,
+    the others are ``[UNK]``. Detokenizing joins words with spaces and
+    removes the space before closing and after opening punctuation.
+
+    Example:
+
+    >>> tok = WordTokenizer.learn(["the cat sat.", "the dog sat."], vocab_size=7)
+    >>> tok.vocab_size, list(tok.words)
+    (7, ['the', 'sat', '.'])
+    >>> ids, words = tok.tokenize_words(["The zorp sat."])
+    >>> ids.to_list()
+    [[4, 1, 5, 6]]
+    >>> # Extended id 4 + 3 = 7 is "the source word at position 1".
+    >>> out = tok.detokenize_extended([[4, 8, 5, 3]], words.to_tensor())
+    >>> [t.decode() for t in out.numpy()]
+    ['the zorp sat']
+    """
+
+    kind = "word"
+
+    def __init__(self, words: list[str]):
+        super().__init__(name="word_tokenizer")
+        self.words = list(words)
+        self.vocab = tf.constant(RESERVED + self.words)
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(self.words, tf.string),
+                tf.range(len(RESERVED), self.vocab_size, dtype=tf.int32),
+            ),
+            default_value=UNK,
+        )
+
+    @staticmethod
+    def split(strings) -> tf.RaggedTensor:
+        """``[B]`` strings to ragged ``[B, None]`` words (the ids' positions)."""
+        spaced = tf.strings.regex_replace(normalize(strings), _SYMBOL, r" \1 ")
+        return tf.strings.split(tf.strings.strip(spaced))
+
+    @classmethod
+    def learn(cls, texts: list[str], vocab_size: int) -> WordTokenizer:
+        """The ``vocab_size - 4`` most frequent words of ``texts``."""
+        if vocab_size <= len(RESERVED):
+            raise ValueError(
+                f"WordTokenizer: vocab_size must be more than {len(RESERVED)} (the "
+                f"reserved ids), received {vocab_size}."
+            )
+        counts: Counter = Counter()
+        for start in range(0, len(texts), 4096):
+            words = cls.split(tf.constant(texts[start : start + 4096]))
+            counts.update(w.decode("utf-8") for w in words.flat_values.numpy())
+        ranked = sorted(counts, key=lambda w: -counts[w])  # stable: first seen
+        return cls(ranked[: vocab_size - len(RESERVED)])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(RESERVED) + len(self.words)
+
+    def tokenize_words(self, strings) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
+        """Ragged ids and the words they stand for, position by position."""
+        words = self.split(strings)
+        return tf.ragged.map_flat_values(self.table.lookup, words), words
+
+    def tokenize(self, strings) -> tf.RaggedTensor:
+        return self.tokenize_words(strings)[0]
+
+    @staticmethod
+    def keys(words) -> tf.Tensor:
+        """An int64 key per word, equal for equal words (a 63-bit hash): the
+        ``token_keys`` of `attention_layers.extended_source_ids`."""
+        return tf.strings.to_hash_bucket_fast(words, 2**63 - 1)
+
+    def id_to_token(self, ids) -> tf.Tensor:
+        return tf.gather(self.vocab, ids)
+
+    def extended_id_to_token(self, ids, source_words) -> tf.Tensor:
+        """Words of extended ids ``[B, L]``: id ``V + j`` is ``source_words[b, j]``.
+
+        ``source_words`` is ``[B, S]`` (dense, padded with ``""``); an id past
+        the source gives ``""``.
+        """
+        ids = tf.convert_to_tensor(ids, tf.int32)
+        source_words = tf.convert_to_tensor(source_words, tf.string)
+        v = self.vocab_size
+        in_vocab = tf.gather(self.vocab, tf.clip_by_value(ids, 0, v - 1))
+        padded = tf.pad(source_words, [[0, 0], [0, 1]])  # column S: ""
+        s = tf.shape(source_words)[1]
+        position = tf.where((ids >= v) & (ids < v + s), ids - v, s)
+        copied = tf.gather(padded, position, batch_dims=1)
+        return tf.where(ids < v, in_vocab, copied)
+
+    def _join(self, words: tf.RaggedTensor) -> tf.Tensor:
+        text = tf.strings.reduce_join(words, axis=-1, separator=" ")
+        text = tf.strings.regex_replace(text, r" ([.,;:!?)\]»])", r"\1")
+        return tf.strings.regex_replace(text, r"([¿¡(\[«]) ", r"\1")
+
+    def detokenize(self, ids) -> tf.Tensor:
+        return self._join(tf.gather(self.vocab, _keep_content(ids)))
+
+    def detokenize_extended(self, ids, source_words) -> tf.Tensor:
+        """`detokenize` for extended ids (see `extended_id_to_token`)."""
+        ids = tf.convert_to_tensor(ids, tf.int32)
+        before_end = tf.math.cumsum(tf.cast(ids == END, tf.int32), axis=1) == 0
+        words = self.extended_id_to_token(ids, source_words)
+        keep = before_end & (ids >= len(RESERVED)) & (words != "")
+        return self._join(tf.ragged.boolean_mask(words, keep))
+
+    def save(self, path: Path) -> None:
+        write_text(path, json.dumps({"kind": self.kind, "words": self.words}))
+
+
+def load_tokenizer(path: Path) -> CharTokenizer | SubwordTokenizer | WordTokenizer:
     spec = read_json(path)
     if spec["kind"] == "char":
         return CharTokenizer(spec["symbols"])
+    if spec["kind"] == "word":
+        return WordTokenizer(spec["words"])
     return SubwordTokenizer(spec["vocab"])
 
 
 def learn_tokenizer(kind: str, texts: list[str], vocab_size: int):
     if kind == "char":
         return CharTokenizer.learn(texts)
+    if kind == "word":
+        return WordTokenizer.learn(texts, vocab_size)
     return SubwordTokenizer.learn(texts, vocab_size)
