@@ -1,0 +1,1 @@
+"""Summarization (in progress): the pointer-generator model; the task comes next."""

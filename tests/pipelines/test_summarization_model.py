@@ -1,0 +1,105 @@
+"""The pointer-generator model: teacher forcing and step decoding agree."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import attention_layers as al
+from attention_layers.decoding import beam_search, tile_beams
+from pipelines.core.text import END, START, UNK
+from pipelines.summarization.model import PointerSeq2Seq, split_p_gen
+
+# The pipelines are TensorFlow programs: their tests run in the TF half.
+pytestmark = pytest.mark.tf_only
+
+V = 11
+# Two sources; word 1 ([UNK]) stands for OOV words: "zorp" (key 50) at
+# positions 1 and 3 of the first, "blix" (key 60) at 0 of the second.
+SOURCE = np.array([[5, UNK, 6, UNK, 7], [UNK, 8, 9, 0, 0]])
+KEYS = np.array([[5, 50, 6, 50, 7], [60, 8, 9, 0, 0]])
+TARGET_IN = np.array([[START, 6, UNK, 7], [START, UNK, 9, 0]])
+VARIANTS = {
+    "baseline": {"pointer": False},
+    "pointer": {"pointer": True},
+    "coverage": {"pointer": True, "coverage": True, "coverage_weight": 1.0},
+}
+
+
+def build(variant):
+    keras.utils.set_random_seed(3)
+    return PointerSeq2Seq(V, 6, 5, 4, **VARIANTS[variant])
+
+
+def source_ext():
+    ids = al.extended_source_ids(SOURCE, KEYS, UNK, V, mask=SOURCE != 0)
+    return np.asarray(ids)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_teacher_forcing_equals_decoding_step_by_step(variant):
+    model = build(variant)
+    ext = source_ext()
+    forced = model.trainer(
+        {"source": SOURCE, "source_ext": ext, "target_in": TARGET_IN}
+    )
+    width = V + SOURCE.shape[1] if model.pointer else V
+    assert tuple(forced.shape) == (2, 4, width)
+    encoded = model.encode(SOURCE, ext)
+    step = model.step_fn(encoded)
+    state = model.initial_state(encoded)
+    # The step is fed extended ids: the copied "zorp" as its id V + 1.
+    fed = np.where(TARGET_IN == UNK, np.array([[V + 1], [V]]), TARGET_IN)
+    for t in range(3):  # the last row of the second example is padding
+        scores, state, alignment = step(ops.array(fed[:, t]), state)
+        np.testing.assert_allclose(
+            ops.log_softmax(scores, -1),
+            ops.log_softmax(forced[:, t], -1),
+            atol=1e-5,
+        )
+        attention, p_gen = split_p_gen(np.asarray(alignment))
+        np.testing.assert_allclose(attention.sum(-1), 1.0, rtol=1e-5)
+        assert not attention[1, 3:].any()  # padded source positions
+        if model.pointer:
+            assert ((p_gen > 0) & (p_gen < 1)).all()
+        else:
+            assert (p_gen == 1).all()
+
+
+def test_coverage_loss_is_added_only_with_a_weight():
+    ext = source_ext()
+    feed = {"source": SOURCE, "source_ext": ext, "target_in": TARGET_IN}
+    model = build("coverage")
+    model.trainer(feed)
+    assert len(model.trainer.losses) == 1
+    assert float(model.trainer.losses[0]) >= 0
+    unweighted = PointerSeq2Seq(V, 6, 5, 4, pointer=True, coverage=True)
+    unweighted.trainer(feed)
+    assert not unweighted.trainer.losses
+    with pytest.raises(ValueError, match="coverage=True needs pointer=True"):
+        PointerSeq2Seq(V, 6, 5, 4, pointer=False, coverage=True)
+
+
+def test_beam_search_keeps_p_gen_and_coverage_per_hypothesis():
+    model = build("coverage")
+    k = 3
+    encoded = tile_beams(model.encode(SOURCE, source_ext()), k)
+    out = beam_search(
+        model.step_fn(encoded),
+        model.initial_state(encoded),
+        ops.array([START, START]),
+        end_id=END,
+        max_length=6,
+        beam_width=k,
+        min_length=2,
+    )
+    attention, p_gen = split_p_gen(np.asarray(out["alignments"]))
+    assert attention.shape == (2, k, 6, SOURCE.shape[1])
+    assert (np.asarray(out["lengths"]) > 2).all()
+    tokens = np.asarray(out["tokens"])
+    assert tokens.max() < V + SOURCE.shape[1]
+    steps = np.arange(6) < np.asarray(out["lengths"])[..., None]  # [B, K, L]
+    assert ((p_gen > 0) & (p_gen < 1))[steps].all()
+    assert not p_gen[~steps].any()  # zeros after the end, like the attention
