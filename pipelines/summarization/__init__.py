@@ -1,1 +1,2 @@
-"""Summarization (in progress): the pointer-generator model; the task comes next."""
+"""Summarization (in progress): the pointer-generator model and its in-graph
+decoding; the task comes next."""

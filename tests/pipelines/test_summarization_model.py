@@ -103,3 +103,59 @@ def test_beam_search_keeps_p_gen_and_coverage_per_hypothesis():
     steps = np.arange(6) < np.asarray(out["lengths"])[..., None]  # [B, K, L]
     assert ((p_gen > 0) & (p_gen < 1))[steps].all()
     assert not p_gen[~steps].any()  # zeros after the end, like the attention
+
+
+# About 13 s on two cores (tracing and saving a beam search): make test-slow.
+@pytest.mark.slow
+def test_a_saved_model_writes_copied_words_as_the_source_strings(tmp_path):
+    import tensorflow as tf
+
+    from pipelines.core.serving import ServingModule
+    from pipelines.core.text import WordTokenizer
+    from pipelines.summarization.decode import summarize
+
+    tok = WordTokenizer.learn(["the cat sat on the mat ."], vocab_size=10)
+    keras.utils.set_random_seed(1)
+    model = PointerSeq2Seq(tok.vocab_size, 6, 5, 4, pointer=True)
+    v = tok.vocab_size
+    model.trainer(  # builds the layers
+        {
+            "source": np.array([[4, UNK]]),
+            "source_ext": np.array([[4, v + 1]]),
+            "target_in": np.array([[START]]),
+        }
+    )
+    # p_gen = sigmoid(-30): every word is copied, so the summary holds source
+    # words only; "zorp" and "blix" are out of the vocabulary.
+    model.copy.gate.bias.assign([-30.0])
+
+    class Summarizer(ServingModule):
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None], tf.string),
+                tf.TensorSpec([], tf.int32),
+            ]
+        )
+        def serve(self, text, num_beams):
+            return summarize(
+                model, tok, text, max_source_tokens=6, max_length=4,
+                beam_width=3, num_beams=num_beams, min_length=1,
+            )  # fmt: skip
+
+    module = Summarizer(model.trainer, name="summarizer")
+    module.tokenizer = tok  # tracks its lookup table
+    tf.saved_model.save(module, str(tmp_path / "export"))
+    loaded = tf.saved_model.load(str(tmp_path / "export"))
+    texts = ["zorp blix zorp", "the cat blix ."]
+    for beams in (1, 3):
+        out = loaded.serve(tf.constant(texts), tf.constant(beams))
+        for text, summary, tokens in zip(
+            texts, out["summary"].numpy(), out["summary_tokens"].numpy(), strict=True
+        ):
+            words = summary.decode().replace(".", " .").split()
+            assert len(words) == 4, summary  # no end token: it has no copy mass
+            assert set(words) <= set(text.split()), (text, summary)
+            assert [t.decode() for t in tokens] == words
+        assert set(out["summary"].numpy()[0].decode().split()) & {"zorp", "blix"}
+        p_gen = out["p_gen"].numpy()
+        assert (p_gen < 1e-6).all() and out["attention"].shape[1:] == (4, 4)
