@@ -141,6 +141,16 @@ class Task(abc.ABC):
     def compile_arguments(self, config: RunConfig) -> dict:
         """``loss`` and ``metrics`` for ``trainer.compile``."""
 
+    def phases(self, config: RunConfig) -> tuple[int, ...]:
+        """Epochs (0-based) at which a later training phase begins; none by
+        default. Each phase has its own best epoch and early stopping (an
+        early stop moves on to the next phase)."""
+        return ()
+
+    def start_phase(self, model: Any, config: RunConfig, phase: int) -> None:  # noqa: B027
+        """Set the model up for ``phase`` (0 first) before its epochs run,
+        also when a run resumes inside it (e.g. switch a loss term on)."""
+
     # -- evaluation ---------------------------------------------------------
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:  # noqa: B027
         """Task options of ``evaluate`` (``--split`` and ``--limit`` are core's)."""

@@ -144,8 +144,20 @@ def _legacy_state(task: Task, run: RunDir) -> dict:
 def _finished(state: dict | None, config: config_lib.RunConfig) -> bool:
     if not state or state.get("status") != "finished":
         return False
-    epochs = state.get("epochs", 0)
-    return epochs >= config.train.epochs or bool(state.get("stopped_early"))
+    # next_epoch: the epochs trained and those an early stop skipped.
+    done = state.get("next_epoch", state.get("epochs", 0))
+    return done >= config.train.epochs or bool(state.get("stopped_early"))
+
+
+def phase_bounds(starts, epochs: int) -> list[tuple[int, int]]:
+    """``[(first epoch, end epoch), ...]`` of the training phases.
+
+    ``starts`` are the epochs at which a later phase begins (`Task.phases`);
+    those at or past ``epochs`` are dropped.
+    """
+    cuts = sorted({int(s) for s in starts if 0 < int(s) < epochs})
+    edges = [0, *cuts, epochs]
+    return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 def _nothing_to_do(run: RunDir, state: dict) -> str:
@@ -168,7 +180,9 @@ class RunState(keras.callbacks.Callback):
     The early stopping follows Keras' ``EarlyStopping(monitor="val_loss",
     restore_best_weights=True)``; unlike it, its state (best value, epochs
     without improvement) survives a restart, because it is saved with every
-    backup.
+    backup. Both are per training phase (`Task.phases`): a new phase trains
+    to a new objective, so its epochs compete only with each other, and an
+    early stop ends the phase, not the run.
     """
 
     def __init__(self, run: RunDir, backups: Backups, state: dict, patience: int):
@@ -179,6 +193,7 @@ class RunState(keras.callbacks.Callback):
         self.best_epoch = state.get("best_epoch")
         self.wait = state.get("wait", 0)
         self.stopped_early = bool(state.get("stopped_early", False))
+        self.phase = int(state.get("phase", 0))
         self.diverged_at: int | None = None
         self.chief = is_chief()
 
@@ -208,6 +223,12 @@ class RunState(keras.callbacks.Callback):
             self.backups.save(self.model, self.state(epoch + 1))
             write_history(self.run.history, self.history)
 
+    def begin_phase(self, phase: int) -> None:
+        """Forget the best epoch and the early-stopping count of the last phase."""
+        self.phase = phase
+        self.best, self.best_epoch, self.wait = math.inf, None, 0
+        self.stopped_early = False
+
     def state(self, epochs: int) -> dict:
         best = self.run.best_weights
         return {
@@ -221,6 +242,7 @@ class RunState(keras.callbacks.Callback):
             "best_sha256": sha256(best) if self.chief and best.exists() else None,
             "wait": self.wait,
             "stopped_early": self.stopped_early,
+            "phase": self.phase,
         }
 
     def forget_best_if_stale(self, restored: dict) -> None:
@@ -352,17 +374,29 @@ def _train(task: Task, config, run: RunDir) -> dict:
         callbacks = [state, keras.callbacks.TerminateOnNaN()]
         if chief:
             callbacks.append(keras.callbacks.TensorBoard(str(run.logs)))
-        if initial_epoch < train_config.epochs and not state.stopped_early:
+        bounds = phase_bounds(task.phases(config), train_config.epochs)
+        for phase, (start, end) in enumerate(bounds):
+            if end <= initial_epoch or state.diverged_at is not None:
+                continue  # done before a restart, or diverged
+            if phase > state.phase:
+                state.begin_phase(phase)
+            elif state.stopped_early:
+                continue  # this phase stopped early before a restart
+            if len(bounds) > 1:
+                print(f"Training phase {phase + 1} of {len(bounds)}: epochs "
+                      f"{max(start, initial_epoch) + 1}-{end}")  # fmt: skip
+            task.start_phase(model, config, phase)
             model.trainer.fit(
                 train_data,
                 validation_data=valid_data,
-                initial_epoch=initial_epoch,
-                epochs=train_config.epochs,
+                initial_epoch=max(start, initial_epoch),
+                epochs=end,
                 steps_per_epoch=train_config.steps_per_epoch,
                 callbacks=callbacks,
                 shuffle=False,  # the dataset shuffles itself
                 verbose=1 if sys.stdout.isatty() else 2,
             )
+            model.trainer.stop_training = False
         if state.diverged_at is not None:
             raise PipelineError(
                 f"training diverged in epoch {state.diverged_at + 1} (loss is not "
@@ -376,6 +410,7 @@ def _train(task: Task, config, run: RunDir) -> dict:
         final = {
             "status": "finished",
             "epochs": epochs,
+            "next_epoch": state.history[-1]["epoch"] + 1 if epochs else initial_epoch,
             "best_epoch": state.best_epoch,
             "stopped_early": state.stopped_early,
             "optimizer_iterations": state.state(epochs)["iterations"],

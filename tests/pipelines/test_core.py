@@ -251,6 +251,90 @@ def test_best_weights_of_a_replayed_epoch_are_forgotten(tmp_path, capsys):
     assert "from an epoch after the restored state" in capsys.readouterr().out
 
 
+# -- training phases -------------------------------------------------------------------
+
+
+class PhasedTask:
+    """A two-phase toy task: y = x, learned by one Dense unit; from phase 1
+    on an offset of 3 is added to the output (a new objective, worse in
+    validation loss than anything phase 0 reached)."""
+
+    name = "phased"
+    default_preset = "toy"
+
+    def __init__(self, starts):
+        self.starts, self.started = starts, []
+
+    def presets(self):
+        return PRESETS
+
+    def phases(self, config):
+        return self.starts
+
+    def start_phase(self, model, config, phase):
+        self.started.append(phase)
+        model.offset.assign(3.0 if phase else 0.0)
+
+    def load_data(self, config):
+        from pipelines.core.task import Data
+
+        x = np.linspace(-1, 1, 32, dtype="float32")[:, None]
+        return Data(list(zip(x, x, strict=True)), list(zip(x, x, strict=True)), [])
+
+    def preprocessors(self, run, data, config, create):
+        return None
+
+    def summary(self, data, preprocessors, config):
+        return "toy data"
+
+    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
+        import tensorflow as tf
+
+        x = np.stack([e[0] for e in examples])
+        y = np.stack([e[1] for e in examples])
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+
+    def build_model(self, config, preprocessors):
+        class Offset(keras.layers.Layer):
+            def build(self, shape):
+                self.value = self.add_weight(
+                    shape=(), initializer="zeros", trainable=False, name="offset"
+                )
+
+            def call(self, x):
+                return x + self.value
+
+        inputs = keras.Input((1,))
+        offset = Offset()
+        trainer = keras.Model(inputs, offset(keras.layers.Dense(1)(inputs)))
+        return type("Model", (), {"trainer": trainer, "offset": offset.value})()
+
+    def compile_arguments(self, config):
+        return {"loss": "mse"}
+
+
+def test_phases_have_their_own_best_epoch_and_early_stop(tmp_path):
+    """Epochs 0-2 are phase 0, 3-5 phase 1 (patience 1). With a learning rate
+    of 0 the loss never improves: each phase stops after its second epoch, and
+    the early stop of phase 0 moves on to phase 1 instead of ending the run.
+    Phase 1's loss is worse (the offset) yet its best epoch is the one kept."""
+    from pipelines.core.trainer import phase_bounds, train
+
+    assert phase_bounds((3, 9, 0), 6) == [(0, 3), (3, 6)]
+    task = PhasedTask((3,))
+    config = ToyConfig()
+    config.train.epochs, config.train.early_stopping_patience = 6, 1
+    config.train.learning_rate, config.train.strategy = 0.0, "default"
+    state = train(task, config, tmp_path / "run")
+    history = (tmp_path / "run" / "history.csv").read_text().splitlines()[1:]
+    assert [int(row.split(",")[0]) for row in history] == [0, 1, 3, 4]
+    assert task.started == [0, 1]
+    assert state["best_epoch"] == 3 and state["next_epoch"] == 5
+    assert state["stopped_early"]
+    again = train(task, config, tmp_path / "run")  # finished: nothing to do
+    assert again["best_epoch"] == 3 and task.started == [0, 1]
+
+
 # -- backups ---------------------------------------------------------------------------
 
 
