@@ -13,8 +13,11 @@ paper. Three variants, chosen by the arguments:
   vocabulary extended by the source's own words
   (`attention_layers.extended_source_ids`);
 * ``coverage=True`` (with the pointer): the attention sees the coverage
-  vector and, with ``coverage_weight > 0``, `CoverageLoss` adds
-  ``weight * sum_i min(a_i^t, c_i^t)`` to the training loss.
+  vector, and `PhasedCoverageLoss` adds ``weight * sum_i min(a_i^t, c_i^t)``
+  to the training loss (`attention_layers.coverage_loss`) with a weight that
+  `set_coverage_weight` changes between training phases: See et al. train
+  the pointer-generator first and add the coverage loss for a short final
+  phase.
 
 ``trainer`` maps ``{"source", "source_ext", "target_in"}`` (vocabulary ids,
 extended ids, the decoder input with copies as ``[UNK]``) to the teacher-
@@ -47,6 +50,41 @@ from keras import ops
 
 import attention_layers as al
 from pipelines.core.text import PAD, UNK
+
+
+class PhasedCoverageLoss(keras.layers.Layer):
+    """`attention_layers.CoverageLoss` with a weight that can change in training.
+
+    The weight is a non-trainable variable (saved with the weights, so a
+    resumed run has the phase's weight); the loss is added in training only,
+    so the validation loss stays the cross-entropy that phases compare.
+    Returns the alignments unchanged.
+    """
+
+    def __init__(self, weight=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.initial_weight = float(weight)
+        self.supports_masking = True  # the target mask passes on
+
+    def build(self, alignments_shape, mask_shape=None):
+        self.weight = self.add_weight(
+            shape=(),
+            initializer=keras.initializers.Constant(self.initial_weight),
+            trainable=False,
+            name="weight",
+        )
+
+    def call(self, alignments, mask=None, training=None):
+        if training:
+            loss = ops.mean(al.coverage_loss(alignments, mask))
+            self.add_loss(ops.cast(self.weight, "float32") * loss)
+        return alignments
+
+    def compute_output_shape(self, alignments_shape, mask_shape=None):
+        return alignments_shape
+
+    def get_config(self):
+        return {**super().get_config(), "weight": self.initial_weight}
 
 
 def split_p_gen(alignments):
@@ -112,8 +150,10 @@ class PointerSeq2Seq:
             initial_state=[state],
             return_attention_scores=True,
         )
-        if coverage and coverage_weight > 0:
-            alignments = al.CoverageLoss(coverage_weight, name="coverage_loss")(
+        self.coverage_loss = None
+        if coverage:
+            self.coverage_loss = PhasedCoverageLoss(coverage_weight, name="coverage")
+            alignments = self.coverage_loss(
                 alignments, mask=ops.not_equal(target_in, PAD)
             )
         logits = self.projection(self.hidden(outputs))
@@ -132,6 +172,12 @@ class PointerSeq2Seq:
             output,
             name="pointer_generator" if pointer else "attention_baseline",
         )
+
+    def set_coverage_weight(self, weight: float) -> None:
+        """The coverage loss weight from now on (a model with coverage only)."""
+        if self.coverage_loss is None:
+            raise ValueError("PointerSeq2Seq: this model has no coverage.")
+        self.coverage_loss.weight.assign(float(weight))
 
     def _encode(self, source, training=None):
         memory, forward, backward = self.encoder_rnn(
