@@ -29,6 +29,10 @@ BUILTIN = {
         "pipelines.translation.task:TASK",
         "machine translation: RNN with attention or Transformer, strings in",
     ),
+    "summarization": (
+        "pipelines.summarization.task:TASK",
+        "summarization: pointer-generator with coverage, strings in",
+    ),
 }
 _REGISTERED: dict[str, tuple[str | Task, str]] = {}
 ENTRY_POINTS = "attention_pipelines.tasks"

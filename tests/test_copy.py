@@ -489,6 +489,8 @@ def test_initial_weights_are_distinct():
     contract.check_distinct_initial_weights(CASE)
 
 
+# One fresh TensorFlow process, 8 to 20 s on two cores: make test-slow.
+@pytest.mark.slow
 @pytest.mark.tf_only
 def test_saved_model_loads_without_the_library(tmp_path):
     contract.check_saved_model(CASE, str(tmp_path))

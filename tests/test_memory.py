@@ -541,6 +541,8 @@ def test_initial_weights_are_distinct(tying):
     contract.check_distinct_initial_weights(CASES[tying])
 
 
+# One fresh TensorFlow process, 8 to 20 s on two cores: make test-slow.
+@pytest.mark.slow
 @pytest.mark.tf_only
 def test_saved_model_loads_without_the_library(tmp_path):
     contract.check_saved_model(CASES["adjacent"], str(tmp_path))

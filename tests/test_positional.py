@@ -213,6 +213,8 @@ def test_keras_file_round_trip(name, tmp_path):
     np.testing.assert_array_equal(loaded.predict(feed, verbose=0)["output"], expected)
 
 
+# One fresh TensorFlow process, 8 to 20 s on two cores: make test-slow.
+@pytest.mark.slow
 @pytest.mark.tf_only
 def test_saved_model_loads_without_the_library(tmp_path):
     """The learned and rotary layers exported, then served in one fresh process

@@ -825,6 +825,8 @@ def attentions_model(case):
     return keras.Model({**inputs, **mask_inputs}, {"output": both})
 
 
+# One fresh TensorFlow process, 8 to 20 s on two cores: make test-slow.
+@pytest.mark.slow
 @pytest.mark.tf_only
 def test_saved_models_are_served_without_the_library(tmp_path):
     """G, the two attentions, and a whole span model (passage and question

@@ -1,4 +1,5 @@
-"""Plots people would rather look at than read: alignments and BLEU by length."""
+"""Plots people would rather look at than read: alignments (with ``p_gen``) and
+BLEU by length."""
 
 from __future__ import annotations
 
@@ -41,28 +42,53 @@ def _clean(tokens) -> list[str]:
 
 
 def alignment_heatmap(
-    source_tokens, target_tokens, weights, path: str | Path, title: str = ""
+    source_tokens,
+    target_tokens,
+    weights,
+    path: str | Path,
+    title: str = "",
+    p_gen=None,
 ) -> Path:
     """Source tokens (x) by target tokens (y), the attention weights as colour.
 
-    Padding (``[PAD]``) columns and everything after ``[END]`` are cut.
+    Padding (``[PAD]`` or ``""``) columns and everything after ``[END]`` are cut. With
+    ``p_gen`` (one value per target token: the pointer-generator's
+    probability of generating rather than copying), a bar beside each row
+    shows it, so a copied word reads as a short bar and a bright cell.
     """
     plt = _pyplot()
-    source = [t for t in _clean(source_tokens) if t != "[PAD]"]
+    source = [t for t in _clean(source_tokens) if t not in ("[PAD]", "")]
     target = _clean(target_tokens)
     if "[END]" in target:
         target = target[: target.index("[END]") + 1]
     weights = np.asarray(weights)[: len(target), : len(source)]
-    width = max(4.0, 0.32 * len(source) + 1.5)
+    width = max(4.0, 0.32 * len(source) + 1.5) + (1.4 if p_gen is not None else 0)
     height = max(3.0, 0.3 * len(target) + 1.2)
-    fig, ax = plt.subplots(figsize=(min(width, 24), min(height, 18)), dpi=110)
+    size = (min(width, 24), min(height, 18))
+    if p_gen is None:
+        fig, ax = plt.subplots(figsize=size, dpi=110)
+    else:
+        fig, (ax, bars) = plt.subplots(
+            1,
+            2,
+            figsize=size,
+            dpi=110,
+            sharey=True,
+            gridspec_kw={"width_ratios": [max(len(source), 1), 3]},
+        )
     ax.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0)
     ax.set_xticks(range(len(source)), source, rotation=90)
     ax.set_yticks(range(len(target)), target)
     ax.set_xlabel("source tokens")
     ax.set_ylabel("output tokens")
+    if p_gen is not None:
+        values = np.asarray(p_gen, dtype=float)[: len(target)]
+        bars.barh(range(len(values)), values, color="tab:orange")
+        bars.set_xlim(0.0, 1.0)
+        bars.set_xlabel("p_gen")
+        bars.tick_params(axis="y", left=False)
     if title:
-        ax.set_title(title, fontsize=9)
+        fig.suptitle(title, fontsize=9)
     return _save(plt, fig, path)
 
 

@@ -25,6 +25,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from pipelines.core.run_dir import read_json, write_text
@@ -290,3 +291,12 @@ def learn_tokenizer(kind: str, texts: list[str], vocab_size: int):
     if kind == "word":
         return WordTokenizer.learn(texts, vocab_size)
     return SubwordTokenizer.learn(texts, vocab_size)
+
+
+def token_lengths(tokenizer, texts: list[str]) -> np.ndarray:
+    """Tokens per text (int64), tokenized in chunks of 4096."""
+    lengths = []
+    for start in range(0, len(texts), 4096):
+        ids = tokenizer.tokenize(tf.constant(texts[start : start + 4096]))
+        lengths.append(ids.row_lengths().numpy())
+    return np.concatenate(lengths) if lengths else np.zeros(0, np.int64)

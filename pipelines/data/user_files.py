@@ -70,3 +70,36 @@ def read_parallel(
             f"{target_path} has {len(targets)}"
         )
     return [(s.strip(), t.strip()) for s, t in zip(sources, targets, strict=True)]
+
+
+def read_jsonl(
+    path: str | Path, source_field: str = "document", target_field: str = "summary"
+) -> list[tuple[str, str]]:
+    """``(source, target)`` pairs from a JSON Lines file of objects.
+
+    Each non-blank line is an object with string fields ``source_field`` and
+    ``target_field``; errors name the file, the line and the field.
+    """
+    import json
+
+    pairs = []
+    for number, line in enumerate(_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}, line {number}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"{path}, line {number}: expected an object with `{source_field}` "
+                f"and `{target_field}`, received {type(row).__name__}"
+            )
+        for field in (source_field, target_field):
+            if not isinstance(row.get(field), str):
+                raise ValueError(
+                    f"{path}, line {number}: expected a string field `{field}`, "
+                    f"received {type(row.get(field)).__name__}"
+                )
+        pairs.append((row[source_field].strip(), row[target_field].strip()))
+    return pairs

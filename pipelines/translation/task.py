@@ -78,6 +78,7 @@ class TranslationTask(Task):
         return Tokenizers(*learned)
 
     def summary(self, data, preprocessors, config) -> str:
+        from pipelines.core.text import token_lengths
         from pipelines.data import Splits, summarize
 
         tok = config.tokenizer
@@ -90,7 +91,7 @@ class TranslationTask(Task):
             (0, tok.max_source_tokens, "sources"),
             (1, tok.max_target_tokens, "targets"),
         ):
-            lengths = _token_lengths(
+            lengths = token_lengths(
                 getattr(preprocessors, ("source", "target")[side]),
                 [p[side] for p in data.train + data.valid + data.test],
             )
@@ -282,16 +283,6 @@ class TranslationTask(Task):
             "empty_file": DataCase([f"data.corpus=tsv:{empty}"], str(empty)),
             "empty_valid": DataCase(["data.valid_fraction=0.0"]),
         }
-
-
-def _token_lengths(tokenizer, texts: list[str]) -> np.ndarray:
-    import tensorflow as tf
-
-    lengths = []
-    for start in range(0, len(texts), 4096):
-        ids = tokenizer.tokenize(tf.constant(texts[start : start + 4096]))
-        lengths.append(ids.row_lengths().numpy())
-    return np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
 
 
 TASK = TranslationTask()

@@ -10,7 +10,8 @@ from keras import ops
 import attention_layers as al
 from attention_layers.decoding import beam_search, tile_beams
 from pipelines.core.text import END, START, UNK
-from pipelines.summarization.model import PointerSeq2Seq, split_p_gen
+from pipelines.summarization.model import PointerSeq2Seq, SequenceNLL, split_p_gen
+from pipelines.summarization.transformer import TransformerPointer
 
 # The pipelines are TensorFlow programs: their tests run in the TF half.
 pytestmark = pytest.mark.tf_only
@@ -28,8 +29,14 @@ VARIANTS = {
 }
 
 
+# The Transformer with the copy layer, and without it.
+TRANSFORMERS = {"transformer": True, "transformer_baseline": False}
+
+
 def build(variant):
     keras.utils.set_random_seed(3)
+    if variant in TRANSFORMERS:
+        return TransformerPointer(V, 8, 2, 2, 16, 5, pointer=TRANSFORMERS[variant])
     return PointerSeq2Seq(V, 6, 5, 4, **VARIANTS[variant])
 
 
@@ -38,7 +45,7 @@ def source_ext():
     return np.asarray(ids)
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", sorted(VARIANTS) + sorted(TRANSFORMERS))
 def test_teacher_forcing_equals_decoding_step_by_step(variant):
     model = build(variant)
     ext = source_ext()
@@ -118,9 +125,12 @@ def test_beam_search_keeps_p_gen_and_coverage_per_hypothesis():
     assert not p_gen[~steps].any()  # zeros after the end, like the attention
 
 
-# About 13 s on two cores (tracing and saving a beam search): make test-slow.
+# About 13 s each on two cores (tracing and saving a beam search): make test-slow.
 @pytest.mark.slow
-def test_a_saved_model_writes_copied_words_as_the_source_strings(tmp_path):
+@pytest.mark.parametrize("architecture", ["rnn", "transformer"])
+def test_a_saved_model_writes_copied_words_as_the_source_strings(
+    tmp_path, architecture
+):
     import tensorflow as tf
 
     from pipelines.core.serving import ServingModule
@@ -129,7 +139,10 @@ def test_a_saved_model_writes_copied_words_as_the_source_strings(tmp_path):
 
     tok = WordTokenizer.learn(["the cat sat on the mat ."], vocab_size=10)
     keras.utils.set_random_seed(1)
-    model = PointerSeq2Seq(tok.vocab_size, 6, 5, 4, pointer=True)
+    if architecture == "rnn":
+        model = PointerSeq2Seq(tok.vocab_size, 6, 5, 4, pointer=True)
+    else:
+        model = TransformerPointer(tok.vocab_size, 8, 1, 2, 16, max_length=4)
     v = tok.vocab_size
     model.trainer(  # builds the layers
         {
@@ -198,3 +211,15 @@ def test_each_variant_trains_on_extended_targets():
         )
         history = model.trainer.fit(feed, targets[variant], epochs=2, verbose=0)
         assert np.isfinite(history.history["loss"]).all(), variant
+
+
+def test_the_sequence_loss_averages_each_summary_then_the_summaries():
+    """See et al.'s loss: 1/T_b sum_t -log P(w*_t) per summary, then the mean;
+    a mean over the batch's tokens would weigh the longer summary more."""
+    log_p = np.log(np.full((2, 3, 4), 0.25))
+    log_p[0, 0] = np.log([0.1, 0.2, 0.3, 0.4])
+    y = np.array([[3, 2, 1], [1, 0, 0]])  # 3 tokens, then 1 token
+    first = -(np.log(0.4) + 2 * np.log(0.25)) / 3
+    second = -np.log(0.25)
+    loss = float(SequenceNLL()(y, log_p))
+    np.testing.assert_allclose(loss, (first + second) / 2, rtol=1e-6)
