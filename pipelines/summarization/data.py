@@ -33,7 +33,7 @@ ACLSUM_ASPECTS = ("challenge", "approach", "outcome")
 
 
 def read_aclsum(aspect: str = "challenge") -> list[tuple[str, str]]:
-    """ACLSum's (abstract, ``aspect`` summary) pairs, all 247 papers.
+    """ACLSum's (abstract, ``aspect`` summary) pairs: its 250 papers, all splits.
 
     Read from the JSON Lines files in the installed ``aclsum`` wheel
     (without importing it: its reader needs ``sienna``). Raises

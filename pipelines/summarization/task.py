@@ -168,7 +168,7 @@ class SummarizationTask(Task):
                 raise PipelineError(f"evaluate --corpus: {error}") from None
             examples = [p for p in pairs if p[0].split() and p[1].split()]
             examples = examples[: args.limit] if args.limit else examples
-            split = f"all of {args.corpus}"
+            split = args.corpus
             if not examples:
                 raise PipelineError(f"evaluate: {args.corpus} has no pairs.")
         summarizer = self.serving_module(model, preprocessors, config)
