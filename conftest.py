@@ -39,9 +39,10 @@ if keras.backend.backend() == "tensorflow":
 # task of adding_a_task.md proves that a new task needs no new test code;
 # summarization's contract (a two-phase demo run, beam search over the
 # extended vocabulary in every clause) would take `make test` past its
-# 12 minutes on two cores. Its own tests (test_summarization_task.py) run
-# in `make test`; translation proves the contract there.
-SLOW_TASKS = {"locale", "summarization"}
+# 12 minutes on two cores, and so would question answering's. Their own
+# tests (test_summarization_task.py, test_qa_task.py) run in `make test`;
+# translation proves the contract there.
+SLOW_TASKS = {"locale", "qa", "summarization"}
 
 # On JAX, `make test` runs the shared layer contract and the layers' own
 # tests; these run in `make test-slow` (marker `jax_slow`), as they did in

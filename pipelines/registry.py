@@ -33,6 +33,10 @@ BUILTIN = {
         "pipelines.summarization.task:TASK",
         "summarization: pointer-generator with coverage, strings in",
     ),
+    "qa": (
+        "pipelines.qa.task:TASK",
+        "question answering: multi-hop memory network, story and question in",
+    ),
 }
 _REGISTERED: dict[str, tuple[str | Task, str]] = {}
 ENTRY_POINTS = "attention_pipelines.tasks"

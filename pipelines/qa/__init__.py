@@ -1,0 +1,1 @@
+"""Question answering: memory networks over stories (bAbI-style tasks)."""

@@ -1,0 +1,234 @@
+"""The question-answering task's data: stories, questions, answers, and batches.
+
+Examples are `pipelines.data.babi.QAExample` (a story's sentences, the
+question, the answer, the supporting facts' indices), generated bAbI-style
+or read from the user's JSON Lines. `Preprocessors` are the word vocabulary
+and the answer list; an answer that is one vocabulary word answers with that
+word's id (its output embedding is the word's own, as in the paper's
+adjacent tying), any other (``yes``, ``two``, ``apple,milk``) with an id of
+its own after the vocabulary.
+
+Example:
+
+>>> from pipelines.data.babi import QAExample
+>>> from pipelines.qa.data import answer_ids
+>>> answer_ids(["kitchen", "garden"], ["garden", "yes", "apple,milk"])
+[5, 6, 7]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from pipelines.core.run_dir import PipelineError
+from pipelines.core.task import Data
+from pipelines.data.babi import QAExample
+
+
+class Preprocessors(NamedTuple):
+    tokenizer: object  # pipelines.core.text.WordTokenizer
+    answers: list[str]  # the answers the model can give, sorted
+
+    @property
+    def answer_ids(self) -> list[int]:
+        return answer_ids(self.tokenizer.words, self.answers)
+
+    @property
+    def vocab_size(self) -> int:
+        """Word ids and the answers' own ids: the memory network's vocabulary."""
+        return max([self.tokenizer.vocab_size - 1, *self.answer_ids]) + 1
+
+
+def answer_ids(words: Sequence[str], answers: Sequence[str]) -> list[int]:
+    """The output id of each answer: its word id (`WordTokenizer`: word ``k``
+    of ``words`` is id ``4 + k``) when the answer is one vocabulary word,
+    else the next id after the vocabulary, in the order of ``answers``."""
+    from pipelines.core.text import RESERVED
+
+    index = {w: len(RESERVED) + k for k, w in enumerate(words)}
+    next_id = len(RESERVED) + len(words)
+    ids = []
+    for answer in answers:
+        if answer in index:
+            ids.append(index[answer])
+        else:
+            ids.append(next_id)
+            next_id += 1
+    return ids
+
+
+def load_data(config) -> Data:
+    """The configured examples split into train / valid / test, with notes."""
+    from pipelines.core.config import ConfigError
+    from pipelines.data import babi
+
+    d = config.data
+    kind, _, argument = d.source.partition(":")
+    if kind == "babi":
+        try:
+            tasks, size = babi.parse_babi_spec(d.source)
+        except ValueError as error:
+            raise ConfigError(f"config: `data.source`: {error}") from None
+        train, valid, test, notes = babi.load_babi(
+            tasks,
+            size=size,
+            test_size=d.test_size,
+            valid_fraction=d.valid_fraction,
+            seed=d.seed,
+        )
+    elif kind == "jsonl" and argument:
+        from pipelines.data import split_pairs
+
+        examples = babi.read_qa_jsonl(argument)
+        if not examples:
+            raise PipelineError(f"data: no examples in {argument}.")
+        notes = [f"read {len(examples)} questions from {argument}"]
+        keyed = [(babi.format_story(e) + "\n" + e.question, e) for e in examples]
+        splits = split_pairs(keyed, d.valid_fraction, d.test_fraction, seed=d.seed)
+        train, valid, test = ([e for _, e in part] for part in splits)
+    else:
+        raise ConfigError(
+            "config: `data.source` must be babi:TASKS[@SIZE] (e.g. babi:1,2@10k) "
+            f"or jsonl:PATH, received {d.source!r}."
+        )
+    notes = list(notes)
+    limit, words = config.model.max_memories, config.tokenizer.max_words
+    everything = train + valid + test
+    long_stories = sum(len(e.story) > limit for e in everything)
+    lost = sum(
+        any(i < len(e.story) - limit for i in e.supporting)
+        for e in everything
+        if len(e.story) > limit
+    )
+    notes.append(
+        f"cut {long_stories} stories to their last {limit} sentences "
+        f"(model.max_memories); {lost} of them lost a supporting fact"
+    )
+    sentences = {s for e in everything for s in (*e.story, e.question)}
+    long_sentences = sum(len(s.split()) > words for s in sentences)
+    notes.append(
+        f"cut {long_sentences} of {len(sentences)} distinct sentences and questions "
+        f"longer than about {words} words (tokenizer.max_words)"
+    )
+    return Data(train, valid, test, notes)
+
+
+def kept_story(example: QAExample, max_memories: int) -> tuple[list[str], list[int]]:
+    """The story's last ``max_memories`` sentences and the supporting facts
+    among them (re-indexed)."""
+    offset = max(0, len(example.story) - max_memories)
+    supporting = [i - offset for i in example.supporting if i >= offset]
+    return list(example.story[offset:]), supporting
+
+
+def _word_ids(tokenizer, texts: list[str], limit: int):
+    """Ragged ``[len(texts), None]`` ids of distinct texts, each cut at ``limit``."""
+    import tensorflow as tf
+
+    parts = [
+        tokenizer.tokenize(tf.constant(texts[i : i + 4096]))[:, :limit]
+        for i in range(0, len(texts), 4096)
+    ]
+    if not parts:
+        return tf.ragged.constant([], dtype=tf.int32, ragged_rank=1)
+    return tf.concat(parts, 0)
+
+
+def encode(examples: Sequence[QAExample], preprocessors: Preprocessors, config):
+    """``(story [N, M, W] ragged, question [N, W] ragged, supporting [N, M]
+    ragged 0/1, answer [N] int32, sentences [N])`` of ``examples``.
+
+    Every distinct sentence is tokenized once (a bAbI corpus repeats a few
+    hundred sentences): the stories gather their rows.
+    """
+    import tensorflow as tf
+
+    limit = config.tokenizer.max_words
+    index: dict[str, int] = {}
+    story_rows, lengths, questions, supporting = [], [], [], []
+    for example in examples:
+        story, facts = kept_story(example, config.model.max_memories)
+        story_rows += [index.setdefault(s, len(index)) for s in story]
+        lengths.append(len(story))
+        questions.append(index.setdefault(example.question, len(index)))
+        flags = np.zeros(len(story), np.int32)  # bool cannot be padded by 0
+        flags[facts] = True
+        supporting.append(flags)
+    ids = _word_ids(preprocessors.tokenizer, list(index), limit)
+    rows = tf.constant(story_rows, tf.int64)
+    story = tf.RaggedTensor.from_row_lengths(
+        tf.gather(ids, rows), tf.constant(lengths, tf.int64)
+    )
+    question = tf.gather(ids, tf.constant(questions, tf.int64))
+    flat = np.concatenate(supporting) if supporting else np.zeros(0, np.int32)
+    supporting = tf.RaggedTensor.from_row_lengths(flat, tf.constant(lengths, tf.int64))
+    by_answer = dict(zip(preprocessors.answers, preprocessors.answer_ids, strict=True))
+    unknown = sorted({e.answer for e in examples} - set(by_answer))
+    if unknown:
+        raise PipelineError(
+            f"data: answers {unknown[:5]} are not among the {len(by_answer)} the "
+            "model can give (learned from the train and valid splits)."
+        )
+    answer = tf.constant([by_answer[e.answer] for e in examples], tf.int32)
+    return story, question, supporting, answer, np.asarray(lengths)
+
+
+def make_dataset(examples, preprocessors, config, training: bool, replicas: int = 1):
+    """Batches ``({"story", "question"}, answer)``.
+
+    ``story`` is ``[B, M, W]`` word ids (id 0 pads words and sentences),
+    ``question`` ``[B, W]``; with ``model.supervision_weight > 0`` the
+    features add ``supporting`` ``[B, M]`` (True on the supporting facts) and
+    the target is ``{"answer": answer}``. Batches are
+    bucketed by the number of sentences and static-shaped with
+    ``train.jit_compile``.
+    """
+    import tensorflow as tf
+
+    from pipelines.core.datasets import (
+        bucket_batches,
+        bucket_boundaries,
+        training_order,
+    )
+
+    if not examples:
+        raise PipelineError("data: no questions to batch.")
+    story, question, supporting, answer, lengths = encode(
+        examples, preprocessors, config
+    )
+    if training:
+        order = training_order(len(examples), config.train.seed)
+    else:
+        order = tf.data.Dataset.range(len(examples))
+    data = order.map(
+        lambda i: (story[i], question[i], supporting[i], answer[i]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    words, memories = config.tokenizer.max_words, config.model.max_memories
+
+    def static_shapes(bound):
+        return (tf.stack([bound, words]), [words], tf.stack([bound]), [])
+
+    data = bucket_batches(
+        data,
+        np.maximum(lengths, 1),
+        bucket_boundaries(memories, minimum=2),
+        config.train.batch_size,
+        memories,
+        replicas=replicas,
+        static=config.train.jit_compile,
+        static_shapes=static_shapes,
+    )
+    supervised = config.model.supervision_weight > 0
+
+    def as_features(story, question, supporting, answer):
+        features = {"story": story, "question": question}
+        if supervised:
+            features["supporting"] = tf.cast(supporting, tf.bool)
+            return features, {"answer": answer}
+        return features, answer
+
+    return data.map(as_features).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,180 @@
+"""Scoring a question-answering export: accuracy, and whether the attention found
+the supporting facts.
+
+* ``accuracy`` overall and per bAbI task (``task_N``), beside the published
+  MemN2N error of that task (1k, 3 hops, PE LS RN; Sukhbaatar et al. 2015,
+  table 1). Our stories come from our own generator, not the original data.
+* ``attention_hit``: per hop, the share of questions with supporting facts
+  whose most-attended sentence is one of them (and per task), plus
+  ``attention_hit_any``: the share where some hop's peak is on one.
+* ``answers.tsv`` (every question, its answer, the prediction and each
+  hop's most-attended sentence) and ``plots/attention_*.png``.
+
+Example:
+
+>>> import numpy as np
+>>> attention = np.array([[[0.1, 0.9], [0.8, 0.2]]])  # 1 question, 2 hops
+>>> attention_hits(attention, [(1,)])
+array([[ True, False]])
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+# MemN2N test error (%) on the 1k bAbI tasks: 3 hops, PE LS RN (table 1).
+MEMN2N_1K_ERROR = {1: 0.1, 2: 8.2, 3: 41.8, 6: 7.9, 7: 20.3, 8: 11.7, 11: 0.9, 15: 0.0}
+
+
+def attention_hits(attention: np.ndarray, supporting: Sequence[Sequence[int]]):
+    """``[N, hops]`` bool: is hop ``h``'s most-attended sentence a supporting
+    fact? (False where a question has none.)"""
+    attention = np.asarray(attention)
+    peaks = attention.argmax(axis=-1) if attention.shape[-1] else None
+    hits = np.zeros(attention.shape[:2], bool)
+    for i, facts in enumerate(supporting):
+        if facts and peaks is not None:
+            hits[i] = np.isin(peaks[i], list(facts))
+    return hits
+
+
+def memory_attention_plot(
+    sentences, attention, path, supporting=(), title: str = ""
+) -> Path:
+    """The story's sentences (rows) by hops (columns), the attention as colour
+    (and as numbers, up to 40 sentences); supporting facts are starred."""
+    from pipelines.core.plots import _pyplot, _save
+
+    plt = _pyplot()
+    sentences = [
+        s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in sentences
+    ]
+    sentences = [s for s in sentences if s]
+    weights = np.asarray(attention)[:, : len(sentences)].T  # [S, hops]
+    labels = [("* " if i in supporting else "") + s for i, s in enumerate(sentences)]
+    height = min(18.0, max(2.5, 0.28 * len(sentences) + 1.3))
+    fig, ax = plt.subplots(figsize=(7.5, height), dpi=110)
+    ax.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0, vmax=1.0)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xticks(
+        range(weights.shape[1]), [f"hop {h + 1}" for h in range(weights.shape[1])]
+    )
+    for i in range(len(labels)):
+        if i in supporting:
+            ax.get_yticklabels()[i].set_fontweight("bold")
+        if len(labels) <= 40:
+            for hop, value in enumerate(weights[i]):
+                colour = "black" if value > 0.6 else "white"
+                ax.text(hop, i, f"{value:.2f}", ha="center", va="center",
+                        fontsize=7, color=colour)  # fmt: skip
+    if title:
+        ax.set_title(title, fontsize=9)
+    return _save(plt, fig, path)
+
+
+def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3):
+    """Answer ``examples`` with a `StoryAnswerer`; returns metrics.json's body."""
+    import tensorflow as tf
+
+    from pipelines.core.run_dir import write_text
+    from pipelines.data.babi import TASKS, format_story
+
+    fn = answerer.signatures()["serving_default"]
+    size = config.model.eval_batch_size
+    predicted, scores, hits, peaks = [], [], [], []
+    outputs = []
+    for start in range(0, len(examples), size):
+        chunk = examples[start : start + size]
+        out = fn(
+            story=tf.constant([format_story(e) for e in chunk]),
+            question=tf.constant([e.question for e in chunk]),
+        )
+        attention = out["attention"].numpy()
+        predicted += [a.decode("utf-8") for a in out["answer"].numpy()]
+        scores += out["score"].numpy().tolist()
+        hits.append(attention_hits(attention, [e.supporting for e in chunk]))
+        peaks += [row.argmax(-1).tolist() if row.shape[-1] else [] for row in attention]
+        if len(outputs) < heatmaps:
+            outputs += [
+                (e, attention[i])
+                for i, e in enumerate(chunk[: heatmaps - len(outputs)])
+            ]
+    hits = np.concatenate(hits) if hits else np.zeros((0, config.model.hops), bool)
+    truth = [e.answer for e in examples]
+    correct = np.array([p == t for p, t in zip(predicted, truth, strict=True)])
+    has_facts = np.array([bool(e.supporting) for e in examples])
+    metrics: dict = {"split": split, "run": config.name, "questions": len(examples)}
+    metrics["accuracy"] = float(correct.mean()) if len(correct) else 0.0
+    metrics.update(_attention_metrics(hits, has_facts))
+    by_task = defaultdict(list)
+    for i, e in enumerate(examples):
+        by_task[e.task].append(i)
+    tasks = {}
+    for task, rows in sorted(by_task.items()):
+        rows = np.array(rows)
+        entry = {
+            "questions": len(rows),
+            "accuracy": float(correct[rows].mean()),
+            **_attention_metrics(hits[rows], has_facts[rows]),
+        }
+        if task in MEMN2N_1K_ERROR:
+            entry["memn2n_1k_error"] = MEMN2N_1K_ERROR[task]
+        tasks[str(task)] = entry
+    metrics["tasks"] = tasks
+    root = Path(run_root)
+    rows = ["task\tstory\tquestion\tanswer\tpredicted\tscore\tsupporting\tpeaks"]
+    for e, p, s, peak in zip(examples, predicted, scores, peaks, strict=True):
+        story = " / ".join(e.story)
+        facts = ",".join(map(str, e.supporting))
+        rows.append(
+            f"{e.task}\t{story}\t{e.question}\t{e.answer}\t{p}\t{s:.4f}\t{facts}\t"
+            + ",".join(map(str, peak))
+        )
+    write_text(root / "answers.tsv", "\n".join(rows) + "\n")
+    for i, (example, attention) in enumerate(outputs):
+        memory_attention_plot(
+            list(example.story),
+            attention,
+            root / "plots" / f"attention_{i}.png",
+            supporting=set(example.supporting),
+            title=f"{example.question} -> {predicted[i]} (truth: {example.answer})",
+        )
+    print(report(metrics, TASKS))
+    return metrics
+
+
+def _attention_metrics(hits: np.ndarray, has_facts: np.ndarray) -> dict:
+    if not has_facts.any():
+        return {}
+    graded = hits[has_facts]
+    return {
+        "attention_hit": [float(v) for v in graded.mean(axis=0)],
+        "attention_hit_any": float(graded.any(axis=1).mean()),
+    }
+
+
+def report(metrics: dict, names: dict[int, str]) -> str:
+    """The per-task table ``evaluate`` prints."""
+    lines = [
+        f"{'task':<28} {'questions':>9} {'accuracy':>9} {'error':>7} "
+        f"{'MemN2N 1k':>9}  attention on a supporting fact, per hop"
+    ]
+    for task, entry in metrics["tasks"].items():
+        name = f"{task} {names.get(int(task), 'user data')}"
+        reference = entry.get("memn2n_1k_error")
+        reference = "-" if reference is None else f"{reference:.1f}%"
+        hit = entry.get("attention_hit")
+        hit = " ".join(f"{v:.1%}" for v in hit) if hit else "-"
+        lines.append(
+            f"{name:<28} {entry['questions']:>9} {entry['accuracy']:>9.1%} "
+            f"{1 - entry['accuracy']:>7.1%} {reference:>9}  {hit}"
+        )
+    lines.append(
+        f"{'all':<28} {metrics['questions']:>9} {metrics['accuracy']:>9.1%} "
+        f"{1 - metrics['accuracy']:>7.1%}"
+    )
+    return "\n".join(lines)
