@@ -98,6 +98,18 @@ class MemoryNetwork(keras.layers.Layer):
       ``"layerwise"``: ``A^1 = ... = A^K``, ``C^1 = ... = C^K`` (one
       ``T_A``, one ``T_C``), a separate question embedding ``B``, a linear
       map ``H`` between hops and a separate answer matrix ``W``.
+    * ``linear_start=True`` (section 4.2, "linear start"): the layer starts
+      with every hop's softmax removed, ``p_i = u . m_i`` on the real
+      memories (0 on padding), which trains past the plateau where the
+      attention is still uniform; `set_linear_start` ``(False)`` puts the
+      softmax back (the paper does so when the validation loss stops
+      falling). The switch is a non-trainable weight, ``linear``, saved with
+      the others.
+    * ``temporal_noise=r`` (section 4.1, "random noise"): in training, an
+      empty memory is inserted after each real one with probability ``r``,
+      which shifts the older sentences' temporal rows (clipped to the last
+      row) and keeps ``T_A``, ``T_C`` from learning positions by heart.
+      Nothing changes at inference.
 
     Args:
         vocab_size: ``V``, the number of word ids (id 0 is padding).
@@ -112,6 +124,11 @@ class MemoryNetwork(keras.layers.Layer):
         embeddings_initializer: initializer of the embedding tables and the
             temporal encodings (the paper: a Gaussian with ``sigma = 0.1``).
         kernel_initializer: initializer of ``H`` and ``W`` (layer-wise only).
+        linear_start: build the ``linear`` switch, on at first (see above).
+        temporal_noise: the share ``r`` in ``[0, 1)`` of empty memories
+            inserted in training (the paper: 0.1); needs the temporal
+            encoding.
+        seed: the seed of that noise.
         **kwargs: standard ``keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -162,6 +179,9 @@ class MemoryNetwork(keras.layers.Layer):
         weight_tying="adjacent",
         embeddings_initializer=None,
         kernel_initializer="glorot_uniform",
+        linear_start=False,
+        temporal_noise=0.0,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -173,11 +193,32 @@ class MemoryNetwork(keras.layers.Layer):
         for name, value in (
             ("position_encoding", position_encoding),
             ("temporal_encoding", temporal_encoding),
+            ("linear_start", linear_start),
         ):
             if not isinstance(value, (bool, np.bool_)):
                 raise input_error(self, name, "True or False", repr(value))
         self.position_encoding = bool(position_encoding)
         self.temporal_encoding = bool(temporal_encoding)
+        self.linear_start = bool(linear_start)
+        if (
+            isinstance(temporal_noise, bool)
+            or not isinstance(temporal_noise, (int, float, np.floating))
+            or not 0.0 <= temporal_noise < 1.0
+        ):
+            raise input_error(
+                self, "temporal_noise", "a number in [0, 1)", repr(temporal_noise)
+            )
+        if temporal_noise and not self.temporal_encoding:
+            raise input_error(
+                self,
+                "temporal_noise",
+                "0 without the temporal encoding (it shifts its rows)",
+                repr(temporal_noise),
+            )
+        self.temporal_noise = float(temporal_noise)
+        self.seed = seed
+        if self.temporal_noise:
+            self.seed_generator = keras.random.SeedGenerator(seed)
         if weight_tying not in WEIGHT_TYING:
             raise input_error(
                 self,
@@ -207,9 +248,23 @@ class MemoryNetwork(keras.layers.Layer):
         """The ``Embedding`` layer ``C`` of hop ``hop`` (0-based)."""
         return self.embeddings[self._table_index(hop, "output")]
 
+    def set_linear_start(self, active):
+        """Remove (``True``) or restore (``False``) every hop's softmax."""
+        if not self.linear_start:
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}': set_linear_start needs a "
+                "layer built with linear_start=True; received a layer with "
+                "linear_start=False"
+            )
+        self.linear.assign(1.0 if active else 0.0)
+
     # -- Keras plumbing ---------------------------------------------------------
     def build(self, story_shape, question_shape, story_mask_shape=None):
         self._check_shapes(story_shape, question_shape)
+        if self.linear_start:
+            self.linear = self.add_weight(
+                shape=(), initializer="ones", trainable=False, name="linear"
+            )
         adjacent = self.weight_tying == "adjacent"
         names = [str(i) for i in range(self.hops + 1)] if adjacent else ["a", "c"]
         self.embeddings = []
@@ -338,7 +393,24 @@ class MemoryNetwork(keras.layers.Layer):
             weights = ops.expand_dims(ops.cast(word_mask, embedded.dtype), -1)
         return ops.sum(embedded * weights, axis=-2)
 
-    def call(self, story, question, story_mask=None, return_attention=False):
+    def _recency(self, memory_mask, training):
+        """Row of the temporal encodings of each memory: the number of real
+        memories after it (0 for the most recent), plus in training the empty
+        memories `temporal_noise` inserts after it and after those."""
+        real = ops.cast(memory_mask, "int32")
+        if training and self.temporal_noise:
+            draw = keras.random.uniform(
+                ops.shape(real), seed=self.seed_generator, dtype="float32"
+            )
+            gaps = ops.cast(draw < self.temporal_noise, "int32") * real
+            after = real + gaps
+            recency = ops.sum(after, axis=1, keepdims=True) - ops.cumsum(after, 1)
+            return ops.minimum(recency + gaps, self.max_memories - 1)
+        return ops.sum(real, axis=1, keepdims=True) - ops.cumsum(real, axis=1)
+
+    def call(
+        self, story, question, story_mask=None, return_attention=False, training=None
+    ):
         story = ops.convert_to_tensor(story)
         question = ops.convert_to_tensor(question)
         self._check_shapes(story.shape, question.shape)
@@ -352,10 +424,7 @@ class MemoryNetwork(keras.layers.Layer):
             memory_mask = ops.any(word_mask, axis=-1)
         else:
             memory_mask = masking.as_bool(story_mask)
-        # Row of the temporal encodings: the number of real memories after
-        # each one (0 for the most recent), in [0, M - 1].
-        real = ops.cast(memory_mask, "int32")
-        recency = ops.sum(real, axis=1, keepdims=True) - ops.cumsum(real, axis=1)
+        recency = self._recency(memory_mask, training)  # in [0, M - 1]
 
         encoded = {}  # table index -> memory vectors [B, M, d]
 
@@ -377,7 +446,12 @@ class MemoryNetwork(keras.layers.Layer):
             scores = ops.sum(
                 ops.cast(m, sdtype) * ops.expand_dims(ops.cast(u, sdtype), 1), -1
             )
-            p = ops.cast(masking.masked_softmax(scores, memory_mask), dtype)
+            p = masking.masked_softmax(scores, memory_mask)
+            if self.linear_start:
+                linear = ops.cast(self.linear, sdtype)
+                raw = ops.where(memory_mask, scores, ops.zeros_like(scores))
+                p = linear * raw + (1.0 - linear) * p
+            p = ops.cast(p, dtype)
             o = ops.sum(ops.expand_dims(p, -1) * c, axis=1)
             u = (u if self.weight_tying == "adjacent" else self.hop_map(u)) + o
             attention.append(p)
@@ -405,4 +479,7 @@ class MemoryNetwork(keras.layers.Layer):
                 self.embeddings_initializer
             ),
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "linear_start": self.linear_start,
+            "temporal_noise": self.temporal_noise,
+            "seed": self.seed,
         }

@@ -49,8 +49,12 @@ def np_encode(table, ids, pe):
     return (table[ids] * weights).sum(0)
 
 
-def np_forward(w, story, question, hops, pe=True, te=True, tying="adjacent"):
-    """Logits ``[B, V]`` and attention ``[B, hops, M]``, one example at a time."""
+def np_forward(
+    w, story, question, hops, pe=True, te=True, tying="adjacent", linear=False
+):
+    """Logits ``[B, V]`` and attention ``[B, hops, M]``, one example at a time.
+
+    ``linear``: the linear start, ``p_i = u . m_i`` on real memories."""
     logits, attention = [], []
     for x, q in zip(story, question, strict=True):
         real = (x != 0).any(-1)
@@ -68,8 +72,11 @@ def np_forward(w, story, question, hops, pe=True, te=True, tying="adjacent"):
             a, c = (k, k + 1) if tying == "adjacent" else (0, 1)
             m, cv = memory(a), memory(c)
             s = m @ u
-            e = np.where(real, np.exp(s - s[real].max()), 0.0)
-            p = e / e.sum()
+            if linear:
+                p = np.where(real, s, 0.0)
+            else:
+                e = np.where(real, np.exp(s - s[real].max()), 0.0)
+                p = e / e.sum()
             u = (u if tying == "adjacent" else u @ w["H"]) + p @ cv
             ps.append(p)
         logits.append(u @ w["E"][-1].T if tying == "adjacent" else u @ w["W"])
@@ -137,6 +144,85 @@ def test_two_hops_by_hand(pe, te, tying):
     np.testing.assert_allclose(np_(logits), want_logits, rtol=1e-5, atol=1e-5)
     assert np_(attention)[0, :, 2].tolist() == [0.0, 0.0]
     assert np_(attention)[1, :, 1].tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("tying", ["adjacent", "layerwise"])
+def test_linear_start_by_hand_then_the_softmax_back(tying):
+    """Section 4.2: the hops' softmax is removed, then put back."""
+    layer = al.MemoryNetwork(
+        V, D, max_memories=M, max_words=W, hops=2, weight_tying=tying,
+        linear_start=True,
+    )  # fmt: skip
+    layer(STORY, QUESTION)
+    w = random_weights(layer)
+    assert [v.name for v in layer.non_trainable_weights] == ["linear"]
+    logits, attention = layer(STORY, QUESTION, return_attention=True)
+    want_logits, want_attention = np_forward(
+        w, STORY, QUESTION, 2, tying=tying, linear=True
+    )
+    np.testing.assert_allclose(np_(attention), want_attention, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np_(logits), want_logits, rtol=1e-4, atol=1e-4)
+    assert np_(attention)[0, :, 2].tolist() == [0.0, 0.0]  # padding stays 0
+    layer.set_linear_start(False)
+    logits, attention = layer(STORY, QUESTION, return_attention=True)
+    want_logits, want_attention = np_forward(w, STORY, QUESTION, 2, tying=tying)
+    np.testing.assert_allclose(np_(attention), want_attention, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np_(logits), want_logits, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_start_switch_is_saved_and_checked(tmp_path):
+    layer = al.MemoryNetwork(V, D, M, W, hops=2, linear_start=True)
+    layer(STORY, QUESTION)
+    layer.set_linear_start(False)
+    inputs = [keras.Input((M, W), dtype="int32"), keras.Input((None,), dtype="int32")]
+    model = keras.Model(inputs, layer(*inputs))
+    model.save_weights(tmp_path / "m.weights.h5")
+    other = al.MemoryNetwork.from_config(layer.get_config())
+    assert other.linear_start is True
+    copy = keras.Model(inputs, other(*inputs))
+    assert float(np_(other.linear)) == 1.0  # a new layer starts linear
+    copy.load_weights(tmp_path / "m.weights.h5")
+    assert float(np_(other.linear)) == 0.0
+    np.testing.assert_allclose(
+        np_(copy([STORY, QUESTION])), np_(model([STORY, QUESTION])), rtol=1e-6
+    )
+    plain = al.MemoryNetwork(V, D, M, W)
+    with pytest.raises(ValueError, match="linear_start=True"):
+        plain.set_linear_start(True)
+    with pytest.raises(ValueError, match="linear_start"):
+        al.MemoryNetwork(V, D, M, W, linear_start="yes")
+
+
+def test_temporal_noise_inserts_empty_memories_in_training_only():
+    """Section 4.1's random noise: each real memory is followed by an empty
+    one with probability r, so it sits 1 or 2 rows after the next real one."""
+    layer = al.MemoryNetwork(V, D, 40, W, hops=1, temporal_noise=0.25, seed=3)
+    plain = al.MemoryNetwork(V, D, 40, W, hops=1)
+    layer(STORY, QUESTION)
+    plain(STORY, QUESTION)
+    for a, b in zip(layer.weights, plain.weights, strict=True):
+        b.assign(a)
+    np.testing.assert_array_equal(
+        np_(layer(STORY, QUESTION)), np_(plain(STORY, QUESTION))
+    )  # inference: no noise
+    mask = np.zeros((400, 30), bool)
+    mask[:, :24] = True
+    mask[:, 10] = False  # a padded memory among the real ones
+    real = np.flatnonzero(mask[0])
+    rows = np_(layer._recency(mask, training=True))[:, real]
+    exact = np_(layer._recency(mask, training=False))[:, real]
+    np.testing.assert_array_equal(exact[0], np.arange(len(real))[::-1])
+    assert (rows >= exact).all() and set(np.unique(rows[:, -1])) == {0, 1}
+    steps = rows[:, :-1] - rows[:, 1:]  # 1 + an inserted empty memory
+    assert set(np.unique(steps)) == {1, 2}
+    assert abs((steps == 2).mean() - 0.25) < 0.02
+    small = al.MemoryNetwork(V, D, 5, W, hops=1, temporal_noise=0.5, seed=1)
+    assert np_(small._recency(mask, training=True)).max() == 4  # clipped
+    for bad in (1.0, -0.1, "0.1", True):
+        with pytest.raises(ValueError, match="temporal_noise"):
+            al.MemoryNetwork(V, D, M, W, temporal_noise=bad)
+    with pytest.raises(ValueError, match="without the temporal encoding"):
+        al.MemoryNetwork(V, D, M, W, temporal_encoding=False, temporal_noise=0.1)
 
 
 def test_position_encoding_formula_by_hand():
