@@ -65,10 +65,17 @@ class ModelConfig:
     """The memory network (Sukhbaatar et al. 2015), its sizes and options.
 
     ``max_memories`` is how many of a story's most recent sentences the
-    model reads (the paper: 50). ``supervision_weight > 0`` adds
+    model reads (the paper: 50). ``linear_start_epochs > 0`` trains the
+    first phase, at most that many epochs (it ends early when the validation
+    loss stops falling), without the hops' softmax: the paper's linear start,
+    which gets past the plateau where every memory weighs the same.
+    ``temporal_noise`` is the paper's random noise: in training, an empty
+    memory follows each sentence with that probability, which keeps the
+    temporal encoding from learning positions by heart.
+    ``supervision_weight > 0`` adds
     `attention_layers.MemorySupervisionLoss`: every hop's attention is
-    pulled toward the question's supporting facts (examples without them
-    add nothing).
+    pulled toward the question's supporting facts (an example without them
+    adds 0 to the batch mean).
     """
 
     embed_dim: int = field(default=32, metadata=POSITIVE)
@@ -77,6 +84,8 @@ class ModelConfig:
     position_encoding: bool = True
     temporal_encoding: bool = True
     weight_tying: Literal["adjacent", "layerwise"] = "adjacent"
+    linear_start_epochs: int = field(default=0, metadata={"range": (0, None)})
+    temporal_noise: float = field(default=0.1, metadata={"range": (0.0, 0.99)})
     supervision_weight: float = field(default=0.0, metadata={"range": (0.0, None)})
     eval_batch_size: int = field(default=256, metadata=POSITIVE)
 
@@ -114,7 +123,14 @@ def _tiny() -> QAConfig:
         name="tiny",
         data=DataConfig(source="babi:1,6@300", test_size=60),
         tokenizer=TokenizerConfig(vocab_size=64, max_words=10),
-        model=ModelConfig(embed_dim=8, hops=2, max_memories=12, eval_batch_size=64),
+        # No random noise: the contract compares runs on one and two devices.
+        model=ModelConfig(
+            embed_dim=8,
+            hops=2,
+            max_memories=12,
+            temporal_noise=0.0,
+            eval_batch_size=64,
+        ),
         train=TrainConfig(epochs=2, batch_size=32, early_stopping_patience=1),
     )
 

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -108,10 +109,10 @@ def load_data(config) -> Data:
         f"(model.max_memories); {lost} of them lost a supporting fact"
     )
     sentences = {s for e in everything for s in (*e.story, e.question)}
-    long_sentences = sum(len(s.split()) > words for s in sentences)
+    long_sentences = sum(len(re.findall(r"\w+|[^\w\s]", s)) > words for s in sentences)
     notes.append(
         f"cut {long_sentences} of {len(sentences)} distinct sentences and questions "
-        f"longer than about {words} words (tokenizer.max_words)"
+        f"longer than about {words} words and marks (tokenizer.max_words)"
     )
     return Data(train, valid, test, notes)
 

@@ -32,13 +32,15 @@ MEMN2N_1K_ERROR = {1: 0.1, 2: 8.2, 3: 41.8, 6: 7.9, 7: 20.3, 8: 11.7, 11: 0.9, 1
 
 def attention_hits(attention: np.ndarray, supporting: Sequence[Sequence[int]]):
     """``[N, hops]`` bool: is hop ``h``'s most-attended sentence a supporting
-    fact? (False where a question has none.)"""
+    fact? (False where a question has none, or a hop attends to nothing.)"""
     attention = np.asarray(attention)
-    peaks = attention.argmax(axis=-1) if attention.shape[-1] else None
+    if not attention.shape[-1]:
+        return np.zeros(attention.shape[:2], bool)
+    peaks = attention.argmax(axis=-1)
     hits = np.zeros(attention.shape[:2], bool)
     for i, facts in enumerate(supporting):
-        if facts and peaks is not None:
-            hits[i] = np.isin(peaks[i], list(facts))
+        if facts:
+            hits[i] = np.isin(peaks[i], list(facts)) & (attention[i].max(-1) > 0)
     return hits
 
 
@@ -128,7 +130,7 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
     root = Path(run_root)
     rows = ["task\tstory\tquestion\tanswer\tpredicted\tscore\tsupporting\tpeaks"]
     for e, p, s, peak in zip(examples, predicted, scores, peaks, strict=True):
-        story = " / ".join(e.story)
+        story = " / ".join(e.story).replace("\t", " ")
         facts = ",".join(map(str, e.supporting))
         rows.append(
             f"{e.task}\t{story}\t{e.question}\t{e.answer}\t{p}\t{s:.4f}\t{facts}\t"

@@ -37,6 +37,9 @@ class MemoryQA:
             position_encoding=m.position_encoding,
             temporal_encoding=m.temporal_encoding,
             weight_tying=m.weight_tying,
+            linear_start=m.linear_start_epochs > 0,
+            temporal_noise=m.temporal_noise if m.temporal_encoding else 0.0,
+            seed=config.train.seed,
             name="memory",
         )
         logits, attention = self.memory(story, question, return_attention=True)

@@ -1,8 +1,8 @@
 """The question-answering export: a story and a question in, the answer out.
 
-``serving_default`` takes ``story`` ``[B]`` (sentences separated by
-newlines; a sentence ending in ``.``, ``!`` or ``?`` followed by a space
-ends there too) and ``question`` ``[B]`` strings, and returns
+``serving_default`` takes ``story`` ``[B]`` (one sentence per line: each
+non-empty line is one memory, as in training) and ``question`` ``[B]``
+strings, and returns
 
 * ``answer`` ``[B]`` string: the most probable of the answers seen in
   training;
@@ -25,13 +25,14 @@ import tensorflow as tf
 
 from pipelines.core.serving import ServingModule, checked_strings
 
-_SENTENCE_END = r"([.!?])\s+"
-
 
 def split_sentences(story: tf.Tensor) -> tf.RaggedTensor:
-    """``[B]`` stories to ragged ``[B, None]`` non-empty, stripped sentences."""
-    lines = tf.strings.regex_replace(story, _SENTENCE_END, "\\1\n")
-    sentences = tf.strings.strip(tf.strings.split(lines, "\n"))
+    """``[B]`` stories to ragged ``[B, None]`` non-empty, stripped lines.
+
+    A line is one memory, as in training (a story's sentences are its lines);
+    ``predict`` puts each sentence of free text on its own line.
+    """
+    sentences = tf.strings.strip(tf.strings.split(story, "\n"))
     return tf.ragged.boolean_mask(sentences, sentences != "")
 
 

@@ -1,8 +1,9 @@
 """The question-answering task: what it supplies to the pipeline core.
 
 Stories, questions and answers (`pipelines.qa.data`: bAbI-style tasks from
-`pipelines.data.babi`, or the user's JSON Lines), one word vocabulary and the
-answer list learned from the training split, an end-to-end memory network
+`pipelines.data.babi`, or the user's JSON Lines), one word vocabulary learned
+from the training split and the answer list from the training and validation
+splits, an end-to-end memory network
 (`pipelines.qa.model.MemoryQA`), per-task accuracy with the supporting-fact
 attention check (`pipelines.qa.evaluate`), and a `StoryAnswerer` export that
 takes a story and a question as strings.
@@ -96,7 +97,8 @@ class QATask(Task):
         unseen = {e.answer for e in data.test} - set(preprocessors.answers)
         if unseen:
             lines.append(
-                f"{len(unseen)} test answers never appear in training (always wrong)"
+                f"{len(unseen)} test answers are not among the training and validation "
+                "answers (always wrong)"
             )
         return "\n".join(lines)
 
@@ -121,6 +123,18 @@ class QATask(Task):
             # so a supervised run reports losses and no accuracy while it trains.
             return {"loss": {"answer": loss}}
         return {"loss": loss, "metrics": ["accuracy"]}
+
+    def phases(self, config) -> tuple[int, ...]:
+        """With ``model.linear_start_epochs``, the softmax phase begins after
+        the linear start (which may stop early on the validation loss)."""
+        first = config.model.linear_start_epochs
+        return (first,) if 0 < first < config.train.epochs else ()
+
+    def start_phase(self, model, config, phase) -> None:
+        if config.model.linear_start_epochs:
+            linear = phase == 0  # the whole run if it is not longer
+            model.memory.set_linear_start(linear)
+            print("Linear start: no softmax in the hops" if linear else "Softmax on")
 
     # -- evaluation ---------------------------------------------------------
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -156,7 +170,8 @@ class QATask(Task):
         from pipelines.data.babi import read_qa_jsonl
 
         examples = [e for e in read_qa_jsonl(path)[:3] if e.question.endswith("?")]
-        return [" ".join((*e.story, e.question)) for e in examples] or list(SAMPLES)
+        texts = ["\n".join((*e.story, e.question)) for e in examples]
+        return texts or list(SAMPLES)
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--plot", help="write the first story's attention here")

@@ -138,7 +138,8 @@ def test_served_answers_equal_the_trained_encoding(setup):
         assert [s.decode() for s in out["sentences"][i, :n]] == list(e.story)
 
 
-def test_served_sentences_split_at_newlines_and_sentence_ends(setup):
+def test_served_sentences_are_the_non_empty_lines(setup):
+    """One line, one memory, as in training: two sentences on a line are one."""
     *_, module = setup
     out = _serve(
         module,
@@ -147,11 +148,32 @@ def test_served_sentences_split_at_newlines_and_sentence_ends(setup):
         ["Where is Mary?"],
     )  # fmt: skip
     assert [s.decode() for s in out["sentences"][0]] == [
-        "Mary went to the garden.",
-        "John moved to the office.",
+        "Mary went to the garden. John moved to the office.",
         "Mary went back to the kitchen.",
     ]
     np.testing.assert_allclose(out["attention"][0].sum(-1), 1.0, rtol=1e-5)
+
+
+def test_a_cut_story_reads_what_training_reads(setup):
+    """With 4 memories, the export reads each story's last 4 sentences, in the
+    places training put them, and spreads the attention back over the story."""
+    config, data, preprocessors, _, _ = setup
+    config = apply_overrides(config, ["model.max_memories=4"])
+    model = TASK.build_model(config, preprocessors)
+    module = TASK.serving_module(model, preprocessors, config)
+    examples = [e for e in data.test if len(e.story) > 4][:12]
+    assert len(examples) == 12
+    out = _serve(
+        module, [format_story(e) for e in examples], [e.question for e in examples]
+    )
+    story, question, _, _, _ = qa_data.encode(examples, preprocessors, config)
+    _, attention = model.scorer([story.to_tensor(), question.to_tensor()])
+    for i, e in enumerate(examples):
+        n = len(e.story)
+        assert not out["attention"][i, :, : n - 4].any()
+        np.testing.assert_allclose(
+            out["attention"][i, :, n - 4 : n], attention.numpy()[i], atol=1e-6
+        )
 
 
 def test_a_story_longer_than_the_memory_reads_its_last_sentences(setup):
@@ -220,3 +242,18 @@ def test_qa_evaluate_arguments():
     parser = argparse.ArgumentParser()
     TASK.add_evaluate_arguments(parser)
     assert parser.parse_args([]).heatmaps == 3
+
+
+def test_linear_start_is_the_first_phase(setup, capsys):
+    config, _, preprocessors, _, _ = setup
+    config = apply_overrides(config, ["model.linear_start_epochs=3", "train.epochs=10"])
+    assert TASK.phases(config) == (3,)
+    model = TASK.build_model(config, preprocessors)
+    TASK.start_phase(model, config, 0)
+    assert float(model.memory.linear.numpy()) == 1.0
+    TASK.start_phase(model, config, 1)
+    assert float(model.memory.linear.numpy()) == 0.0
+    assert "Softmax on" in capsys.readouterr().out
+    longer = apply_overrides(config, ["model.linear_start_epochs=10"])
+    assert TASK.phases(longer) == ()  # the whole run is linear
+    assert TASK.phases(apply_overrides(config, ["model.linear_start_epochs=0"])) == ()
