@@ -525,10 +525,23 @@ def _final_loss(run_dir: Path) -> float:
         return float(list(csv.DictReader(f))[-1]["loss"])
 
 
+def _resumes(case, run: Path, flags: list[str], env: dict, replicas: str) -> None:
+    """A second epoch of a one-epoch distributed run resumes from its backup,
+    the optimizer's state restored under the strategy that trains on."""
+    again = cli(case.name, "train", "--config", "tiny", "--run-dir", run,
+                "--set", "train.epochs=2", "--set", "train.steps_per_epoch=3",
+                *flags, env=env)  # fmt: skip
+    assert replicas in again.stdout
+    assert "Resuming after epoch 1" in again.stdout
+    assert history_epochs(run) == [0, 1]
+    assert run_state(run)["optimizer_iterations"] == 6
+
+
 @pytest.mark.slow
 def test_mirrored_and_repeated_runs_match_a_single_device(case, tmp_path):
     """Clause 13 (MirroredStrategy over 2 CPUs, same global batch, 3 steps) and
-    clause 14 (two runs with one seed and op determinism: equal weights)."""
+    clause 14 (two runs with one seed and op determinism: equal weights); then
+    the mirrored run resumes for a second epoch."""
     for mode, env in (
         ("single", {}),
         ("mirrored", {"ATTENTION_PIPELINES_CPU_DEVICES": "2"}),
@@ -551,11 +564,15 @@ def test_mirrored_and_repeated_runs_match_a_single_device(case, tmp_path):
     np.testing.assert_allclose(_final_loss(mirrored), _final_loss(single), rtol=1e-5)
     for a, b in zip(_weights(single), _weights(mirrored), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    flags = ["--set", "train.deterministic=true", "--set", "train.strategy=mirrored"]
+    env = {"ATTENTION_PIPELINES_CPU_DEVICES": "2"}
+    _resumes(case, mirrored, flags, env, "MirroredStrategy with 2 replica(s)")
 
 
 @pytest.mark.slow
 def test_multi_worker_matches_a_single_process(case, tmp_path):
-    """Two worker processes on 127.0.0.1, one command; only the chief writes."""
+    """Two worker processes on 127.0.0.1, one command; only the chief writes;
+    then the two workers resume for a second epoch."""
     settings = ["--set", "train.epochs=1", "--set", "train.steps_per_epoch=3"]
     multi, single = tmp_path / "multi", tmp_path / "single"
     proc = cli(case.name, "train", "--config", "tiny", "--run-dir", multi,
@@ -572,24 +589,5 @@ def test_multi_worker_matches_a_single_process(case, tmp_path):
     np.testing.assert_allclose(_final_loss(multi), _final_loss(single), rtol=1e-4)
     for a, b in zip(_weights(single), _weights(multi), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-4)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["mirrored", "workers"])
-def test_a_distributed_run_resumes_from_its_backup(case, tmp_path, mode):
-    """The optimizer's state is restored under the strategy that trains on."""
-    run = tmp_path / "run"
-    if mode == "mirrored":
-        env, flags = {"ATTENTION_PIPELINES_CPU_DEVICES": "2"}, []
-        flags += ["--set", "train.strategy=mirrored"]
-        replicas = "MirroredStrategy with 2 replica(s)"
-    else:
-        env, flags = {}, ["--workers", "2"]
-        replicas = "MultiWorkerMirroredStrategy with 2 replica(s)"
-    common = ["--config", "tiny", "--run-dir", run, "--set", "train.steps_per_epoch=2"]
-    cli(case.name, "train", *common, "--set", "train.epochs=1", *flags, env=env)
-    again = cli(case.name, "train", *common, "--set", "train.epochs=2", *flags, env=env)
-    assert replicas in again.stdout
-    assert "Resuming after epoch 1" in again.stdout
-    assert history_epochs(run) == [0, 1]
-    assert run_state(run)["optimizer_iterations"] == 4
+    replicas = "MultiWorkerMirroredStrategy with 2 replica(s)"
+    _resumes(case, multi, ["--workers", "2"], {}, replicas)
