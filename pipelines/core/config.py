@@ -207,6 +207,15 @@ def _coerce(value: Any, hint: Any) -> Any:
     return value
 
 
+def check_fractions(valid: float, test: float, where: str = "data.") -> None:
+    """Refuse ``valid_fraction + test_fraction`` over 1 (no example left to train)."""
+    if valid + test > 1.0:
+        raise ConfigError(
+            f"config: `{where}valid_fraction` + `{where}test_fraction` must be "
+            f"at most 1, received {valid} + {test}."
+        )
+
+
 def check_value(key: str, value: Any, hint: Any, metadata, origin: str = "") -> Any:
     """``value`` converted to ``hint``; `ConfigError` naming ``key`` if it cannot."""
     out = _coerce(value, hint)

@@ -44,11 +44,7 @@ class DataConfig:
     seed: int = 0
 
     def validate(self, where: str = "data.") -> None:
-        if self.valid_fraction + self.test_fraction > 1.0:
-            raise core_config.ConfigError(
-                f"config: `{where}valid_fraction` + `{where}test_fraction` must be "
-                f"at most 1, received {self.valid_fraction} + {self.test_fraction}."
-            )
+        core_config.check_fractions(self.valid_fraction, self.test_fraction, where)
 
 
 @dataclass

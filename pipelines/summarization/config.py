@@ -41,11 +41,7 @@ class DataConfig:
     limit: int | None = field(default=None, metadata=POSITIVE)  # first N pairs
 
     def validate(self, where: str = "data.") -> None:
-        if self.valid_fraction + self.test_fraction > 1.0:
-            raise core_config.ConfigError(
-                f"config: `{where}valid_fraction` + `{where}test_fraction` must be "
-                f"at most 1, received {self.valid_fraction} + {self.test_fraction}."
-            )
+        core_config.check_fractions(self.valid_fraction, self.test_fraction, where)
 
 
 @dataclass
