@@ -166,7 +166,10 @@ class QATask(Task):
     def samples(self, config) -> list[str]:
         kind, _, path = config.data.source.partition(":")
         if kind != "jsonl":
-            return list(SAMPLES)
+            from pipelines.data.babi import parse_babi_spec
+
+            tasks, _ = parse_babi_spec(config.data.source)
+            return list(SAMPLES if 6 in tasks else SAMPLES[:2])  # [2]: yes/no
         from pipelines.data.babi import read_qa_jsonl
 
         examples = [e for e in read_qa_jsonl(path)[:3] if e.question.endswith("?")]
