@@ -20,6 +20,8 @@ from pipelines.qa.config import preset
 from pipelines.qa.evaluate import attention_hits, evaluate
 from pipelines.qa.task import TASK, split_input
 
+pytestmark = pytest.mark.tf_only  # a TensorFlow pipeline: its tests run once
+
 
 @pytest.fixture(scope="module")
 def setup():
