@@ -63,6 +63,11 @@ class TrainConfig:
     tpu: str | None = None  # TPU address for strategy "tpu"
     mixed_precision: Literal["mixed_float16", "mixed_bfloat16"] | None = None
     early_stopping_patience: int = field(default=3, metadata={"range": (1, None)})
+    # Reduce on plateau: the rate times lr_reduce_factor after lr_reduce_patience
+    # epochs without a better validation loss (1.0: never), down to min_learning_rate.
+    lr_reduce_factor: float = field(default=1.0, metadata={"range": (0.0, 1.0)})
+    lr_reduce_patience: int = field(default=2, metadata={"range": (1, None)})
+    min_learning_rate: float = field(default=0.0, metadata={"range": (0.0, None)})
     steps_per_epoch: int | None = field(default=None, metadata={"range": (1, None)})
     seed: int = 0
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
@@ -73,6 +78,11 @@ class TrainConfig:
             raise ConfigError(
                 f"config: `{where}deterministic` and `{where}jit_compile` cannot both "
                 "be true: op determinism turns XLA off in Keras (silently)."
+            )
+        if self.lr_reduce_factor <= 0.0:
+            raise ConfigError(
+                f"config: `{where}lr_reduce_factor` must be in (0, 1] (1: never "
+                f"reduce), received {self.lr_reduce_factor}"
             )
         if self.strategy == "tpu" and not self.tpu:
             raise ConfigError(

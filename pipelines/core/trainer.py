@@ -10,6 +10,8 @@
 3. the preprocessors, learned from the training split and saved;
 4. the model under the configured strategy and dtype policy, compiled with
    Adam (``train.learning_rate``, ``train.clipnorm``) and the task's loss;
+   the rate is reduced on a plateau of the validation loss when
+   ``train.lr_reduce_factor`` < 1;
 5. ``fit`` from the newest sound backup (`pipelines.core.backups`): no
    finished epoch is lost and the optimizer's step count continues;
 6. the final weights: those of the best validation loss, written last.
@@ -183,11 +185,28 @@ class RunState(keras.callbacks.Callback):
     backup. Both are per training phase (`Task.phases`): a new phase trains
     to a new objective, so its epochs compete only with each other, and an
     early stop ends the phase, not the run.
+
+    With ``train.lr_reduce_factor < 1`` it also follows Keras'
+    ``ReduceLROnPlateau(monitor="val_loss")``: after ``lr_reduce_patience``
+    epochs without a better validation loss the learning rate is multiplied by
+    the factor (not below ``min_learning_rate``). The reduced rate is saved
+    with each backup and set again on resume; a new phase starts at the
+    configured rate.
     """
 
-    def __init__(self, run: RunDir, backups: Backups, state: dict, patience: int):
+    def __init__(
+        self,
+        run: RunDir,
+        backups: Backups,
+        state: dict,
+        patience: int,
+        train: config_lib.TrainConfig | None = None,
+    ):
         super().__init__()
         self.run, self.backups, self.patience = run, backups, patience
+        self.train = train or config_lib.TrainConfig()
+        self.learning_rate = float(state.get("learning_rate", self.train.learning_rate))
+        self.lr_wait = int(state.get("lr_wait", 0))
         self.history: list[dict] = list(state.get("history", []))
         self.best = state.get("best", math.inf)
         self.best_epoch = state.get("best_epoch")
@@ -196,6 +215,12 @@ class RunState(keras.callbacks.Callback):
         self.phase = int(state.get("phase", 0))
         self.diverged_at: int | None = None
         self.chief = is_chief()
+
+    def on_train_begin(self, logs=None):
+        optimizer = self.model.optimizer
+        current = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        if not math.isclose(current, self.learning_rate, rel_tol=1e-6):
+            optimizer.learning_rate = self.learning_rate  # resumed, or a new phase
 
     def on_epoch_begin(self, epoch, logs=None):
         set_epoch(epoch)  # the training order of this epoch
@@ -207,27 +232,48 @@ class RunState(keras.callbacks.Callback):
             self.diverged_at = epoch
             self.model.stop_training = True
             return
-        self.history.append({"epoch": epoch, **logs})
+        self.history.append(
+            {"epoch": epoch, **logs, "learning_rate": self.learning_rate}
+        )
         current = logs.get("val_loss", logs.get("loss", math.inf))
         if current < self.best:
-            self.best, self.best_epoch, self.wait = current, epoch, 0
+            self.best, self.best_epoch, self.wait, self.lr_wait = current, epoch, 0, 0
             if self.chief:
                 self.run.checkpoints.mkdir(exist_ok=True)
                 save_weights(self.model, self.run.best_weights)
         else:
             self.wait += 1
+            self.lr_wait += 1
             if self.wait >= self.patience:
                 self.stopped_early = True
                 self.model.stop_training = True
+            elif self.lr_wait >= self.train.lr_reduce_patience:
+                self._reduce_learning_rate(epoch)
         if self.chief:
             self.backups.save(self.model, self.state(epoch + 1))
             write_history(self.run.history, self.history)
 
+    def _reduce_learning_rate(self, epoch: int) -> None:
+        self.lr_wait = 0
+        reduced = max(
+            self.learning_rate * self.train.lr_reduce_factor,
+            self.train.min_learning_rate,
+        )
+        if reduced < self.learning_rate:
+            print(f"Epoch {epoch + 1}: learning rate {self.learning_rate:.3g} -> "
+                  f"{reduced:.3g} (no better val_loss in "
+                  f"{self.train.lr_reduce_patience} epochs)")  # fmt: skip
+            self.learning_rate = reduced
+            self.model.optimizer.learning_rate = reduced
+
     def begin_phase(self, phase: int) -> None:
-        """Forget the best epoch and the early-stopping count of the last phase."""
+        """Forget the best epoch and the early-stopping count of the last phase,
+        and start the new one at the configured learning rate."""
         self.phase = phase
         self.best, self.best_epoch, self.wait = math.inf, None, 0
         self.stopped_early = False
+        self.lr_wait = 0
+        self.learning_rate = self.train.learning_rate  # set by on_train_begin
 
     def state(self, epochs: int) -> dict:
         best = self.run.best_weights
@@ -243,6 +289,8 @@ class RunState(keras.callbacks.Callback):
             "wait": self.wait,
             "stopped_early": self.stopped_early,
             "phase": self.phase,
+            "learning_rate": self.learning_rate,
+            "lr_wait": self.lr_wait,
         }
 
     def forget_best_if_stale(self, restored: dict) -> None:
@@ -368,7 +416,9 @@ def _train(task: Task, config, run: RunDir) -> dict:
                 f"Resuming after epoch {initial_epoch} (optimizer step "
                 f"{restored.get('iterations')}) from {run.backup}"
             )
-        state = RunState(run, backups, restored, train_config.early_stopping_patience)
+        state = RunState(
+            run, backups, restored, train_config.early_stopping_patience, train_config
+        )
         if restored:
             state.forget_best_if_stale(restored)
         callbacks = [state, keras.callbacks.TerminateOnNaN()]

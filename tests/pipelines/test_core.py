@@ -335,6 +335,49 @@ def test_phases_have_their_own_best_epoch_and_early_stop(tmp_path):
     assert again["best_epoch"] == 3 and task.started == [0, 1]
 
 
+def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
+    """Factor 0.5 after 2 epochs without a better val_loss, floor 0.3: the
+    rate goes 1 -> 0.5 -> 0.3, the count restarts at each reduction and at a
+    better epoch; a resumed state sets its reduced rate on the optimizer; a
+    new phase starts at the configured rate."""
+    from pipelines.core.backups import Backups
+    from pipelines.core.trainer import RunState
+
+    train = ToyConfig().train
+    train.learning_rate, train.lr_reduce_factor = 1.0, 0.5
+    train.lr_reduce_patience, train.min_learning_rate = 2, 0.3
+    model = _fresh_model()
+    state = RunState(RunDir(tmp_path), Backups(tmp_path / "b"), {}, 10, train)
+    state.set_model(model)
+    state.on_train_begin()
+    rates = []
+    for epoch, loss in enumerate([1.0, 2.0, 2.0, 0.9, 2.0, 2.0, 2.0, 2.0, 2.0]):
+        state.on_epoch_end(epoch, {"loss": loss, "val_loss": loss})
+        rates.append(float(model.optimizer.learning_rate.numpy()))
+    np.testing.assert_allclose(rates, [1, 1, 0.5, 0.5, 0.5] + [0.3] * 4)
+    assert [row["learning_rate"] for row in state.history][:4] == [1, 1, 1, 0.5]
+    assert "learning rate 1 -> 0.5 (no better val_loss in 2 epochs)" in (
+        capsys.readouterr().out
+    )
+    saved = state.state(9)
+    assert saved["learning_rate"] == 0.3 and not saved["stopped_early"]
+    resumed = _fresh_model()  # the configured rate, as a restart compiles it
+    again = RunState(RunDir(tmp_path), None, saved, 10, train)
+    again.set_model(resumed)
+    again.on_train_begin()
+    assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(0.3)
+    again.begin_phase(1)
+    again.on_train_begin()
+    assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(1.0)
+
+
+def test_lr_reduce_factor_must_be_positive():
+    from pipelines.core.config import ConfigError, apply_overrides
+
+    with pytest.raises(ConfigError, match="lr_reduce_factor"):
+        apply_overrides(ToyConfig(), ["train.lr_reduce_factor=0"]).validate()
+
+
 # -- backups ---------------------------------------------------------------------------
 
 
