@@ -44,6 +44,9 @@ setup(
             "rouge-score>=0.1.2",
             "tensorboard>=2.21,<2.22",
             "tensorflow-serving-api>=2.21,<2.22",
+            # Country facts for span QA (pipelines/data/countries.py); pinned:
+            # the generated passages, tests and doctests follow its data.
+            "countryinfo==1.0.1",
         ],
         "bench": ["keras-hub"],  # the peer samplers of benchmarks/bench_decoding.py
         "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],

@@ -4,7 +4,8 @@ Evaluation metrics are registered by name (`register`) and computed together
 (`score`); each returns a dict of values (and, for sacrebleu, the signature
 that makes the number reproducible). Tasks list the names they report.
 
-Registered: ``bleu`` and ``chrf`` (sacrebleu), ``exact_match``, ``rouge``.
+Registered: ``bleu`` and ``chrf`` (sacrebleu), ``exact_match``, ``rouge``,
+``squad_exact_match`` and ``squad_f1``.
 ``rouge`` is ROUGE-1, -2 and -L F1 from Google's ``rouge-score`` (the
 reimplementation of ROUGE-1.5.5 that the field reports with; the Perl
 original cannot be installed here), with the Porter stemmer **on**, as See
@@ -12,6 +13,16 @@ et al. 2017 and most papers report it; the mean F1 over summaries, times
 100. Its tokenizer lowercases and keeps ``[a-z0-9]`` only: **non-ASCII
 letters are dropped** ("café" is scored as "caf"; a text in another script
 scores 0).
+
+``squad_exact_match`` and ``squad_f1`` are the SQuAD scores of extractive
+question answering, written here after the official evaluation script
+(Rajpurkar et al. 2016; HF ``evaluate`` fetches its copy from the Hub, which
+cannot be reached offline): answers are normalised (`normalize_answer`:
+lowercase, ASCII punctuation removed, the articles a/an/the removed,
+whitespace collapsed); exact match compares the normalised strings, F1 the
+bags of their whitespace tokens; each question scores the best over its gold
+answers, and the set the mean, times 100. A reference is one gold answer (a
+string) or a list of them.
 
 For summaries, two rates over lowercased word and punctuation tokens,
 pooled over the corpus (ours: no kept library computes them, they are a few
@@ -30,6 +41,10 @@ Example:
 >>> scores = score(["rouge"], ["the cats sat on a mat"], ["the cat sat on the mat"])
 >>> scores["rouge1"], scores["rouge2"], scores["rougeL"]
 (83.33, 60.0, 83.33)
+>>> scores = score(["squad_exact_match", "squad_f1"], ["the Cat sat.", "x b c"],
+...                [["cat sat"], ["x", "b c d"]])
+>>> scores["squad_exact_match"], scores["squad_f1"]
+(50.0, 83.33)
 >>> repeated_trigram_rate(["a b c a b c"])  # "a b c" comes back: 1 of 4
 0.25
 >>> novel_ngram_rate(["the cat ran"], ["the cat sat"], n=1)
@@ -39,6 +54,8 @@ Example:
 from __future__ import annotations
 
 import re
+import string
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import keras
@@ -113,6 +130,80 @@ def exact_match(hypotheses, references) -> dict:
         for h, r in zip(hypotheses, references, strict=True)
     )
     return {"exact_match": round(hits / len(references), 4)}
+
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lowercase, no punctuation or articles, single spaces.
+
+    As the official script does it: ASCII punctuation only (``string.punctuation``)
+    is removed, before the articles, so "l'an" becomes "lan" and keeps its "an".
+    """
+    text = "".join(c for c in str(text).lower() if c not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def answer_f1(prediction: str, gold: str) -> float:
+    """Token F1 of one prediction against one gold answer, in [0, 1].
+
+    Tokens are the whitespace-separated words of `normalize_answer`; common
+    tokens are counted with multiplicity. When either side normalises to no
+    token, 1.0 if both do, else 0.0 (as SQuAD 2.0's script; 1.1's gave 0.0
+    to two empty answers, which its data never had).
+    """
+    predicted, expected = (
+        normalize_answer(prediction).split(),
+        normalize_answer(gold).split(),
+    )
+    if not predicted or not expected:
+        return float(predicted == expected)
+    common = sum((Counter(predicted) & Counter(expected)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _golds(reference: object, index: int) -> list[str]:
+    """The gold answers of one reference: a string, or a non-empty list of them."""
+    if isinstance(reference, str):
+        return [reference]
+    if isinstance(reference, list | tuple) and reference:
+        if all(isinstance(gold, str) for gold in reference):
+            return list(reference)
+    raise ValueError(
+        f"squad metrics: reference {index} must be a gold answer string or a "
+        f"non-empty list of them, received {reference!r}"
+    )
+
+
+def _best_over_golds(hypotheses, references, fn) -> float:
+    """The mean over questions of the best ``fn(prediction, gold)``, times 100."""
+    total = 0.0
+    for index, (hypothesis, reference) in enumerate(
+        zip(hypotheses, references, strict=True)
+    ):
+        total += max(fn(str(hypothesis), gold) for gold in _golds(reference, index))
+    return round(100 * total / len(references), 2)
+
+
+@register("squad_exact_match")
+def squad_exact_match(hypotheses, references) -> dict:
+    """SQuAD exact match, 0 to 100: normalised prediction equal to a gold answer."""
+
+    def exact(prediction: str, gold: str) -> float:
+        return float(normalize_answer(prediction) == normalize_answer(gold))
+
+    return {"squad_exact_match": _best_over_golds(hypotheses, references, exact)}
+
+
+@register("squad_f1")
+def squad_f1(hypotheses, references) -> dict:
+    """SQuAD F1, 0 to 100: token F1 against the best-matching gold answer."""
+    return {"squad_f1": _best_over_golds(hypotheses, references, answer_f1)}
 
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
