@@ -33,6 +33,10 @@ BUILTIN = {
         "pipelines.summarization.task:TASK",
         "summarization: pointer-generator with coverage, strings in",
     ),
+    "extractive": (
+        "pipelines.extractive.task:TASK",
+        "extractive question answering: BiDAF span pointer, passage and question in",
+    ),
     "qa": (
         "pipelines.qa.task:TASK",
         "question answering: multi-hop memory network, story and question in",

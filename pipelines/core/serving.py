@@ -84,6 +84,20 @@ def checked_strings(name: str, value) -> tf.Tensor:
         return tf.identity(value)
 
 
+def checked_same_batch(first: tuple[str, tf.Tensor], second: tuple[str, tf.Tensor]):
+    """The two named ``[batch]`` inputs, after a check that their sizes agree."""
+    (a_name, a), (b_name, b) = first, second
+    check = _assert(
+        tf.equal(tf.size(a), tf.size(b)),
+        f"serving inputs `{a_name}` and `{b_name}` must have the same batch size; "
+        "received {} and {}",
+        tf.size(a),
+        tf.size(b),
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(a), tf.identity(b)
+
+
 def checked_scalar(
     name: str, value, dtype, minimum=None, maximum=None, finite: bool = True
 ) -> tf.Tensor:

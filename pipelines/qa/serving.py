@@ -23,7 +23,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from pipelines.core.serving import ServingModule, checked_strings
+from pipelines.core.serving import (
+    ServingModule,
+    checked_same_batch,
+    checked_strings,
+)
 
 
 def split_sentences(story: tf.Tensor) -> tf.RaggedTensor:
@@ -64,21 +68,10 @@ class StoryAnswerer(ServingModule):
         return self.tokenizer.tokenize(strings)[:, : self.max_words]
 
     def answer(self, story, question):
-        story = checked_strings("story", story)
-        question = checked_strings("question", question)
-        sizes = tf.stack([tf.size(story), tf.size(question)])
-        check = tf.debugging.Assert(
-            tf.equal(sizes[0], sizes[1]),
-            [
-                tf.strings.format(
-                    "serving inputs `story` and `question` must have the same "
-                    "batch size; received {} and {}",
-                    (sizes[0], sizes[1]),
-                )
-            ],
+        story, question = checked_same_batch(
+            ("story", checked_strings("story", story)),
+            ("question", checked_strings("question", question)),
         )
-        with tf.control_dependencies([check]):
-            story = tf.identity(story)
         sentences = split_sentences(story)
         count = sentences.row_lengths()
         kept = tf.minimum(count, self.max_memories)

@@ -1,0 +1,1 @@
+"""Extractive question answering: a passage and a question in, the answer's span out."""

@@ -1,0 +1,178 @@
+"""Scoring an extractive export: SQuAD exact match and F1, and span heatmaps.
+
+* ``exact_match`` and ``f1``: SQuAD's scores (`pipelines.core.metrics`:
+  lowercase, no punctuation or articles, best over the gold answers), over
+  the split, and by group: ``by_phrasing`` (``seen`` questions are worded as
+  in training, ``held_out`` in wordings only the test split has) and
+  ``by_field`` (capital, borders, ...).
+* ``answers.tsv``: every question, its gold answers, the prediction, its
+  score and F1; ``plots/span_*.png``: the passage with each token shaded by
+  the model's start and end probabilities, the gold answer boxed.
+
+Example:
+
+>>> group_scores(["Paris", "x"], [["Paris"], ["Rome"]], ["capital", "capital"])
+{'capital': {'count': 2, 'exact_match': 50.0, 'f1': 50.0}}
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from pipelines.core.run_dir import write_text
+
+
+def group_scores(predictions, golds, groups) -> dict:
+    """SQuAD exact match and F1 of each group of questions."""
+    from pipelines.core import metrics
+
+    members = defaultdict(list)
+    for i, group in enumerate(groups):
+        members[group].append(i)
+    out = {}
+    for group, rows in sorted(members.items()):
+        scores = metrics.score(
+            ["squad_exact_match", "squad_f1"],
+            [predictions[i] for i in rows],
+            [golds[i] for i in rows],
+        )
+        out[group] = {
+            "count": len(rows),
+            "exact_match": scores["squad_exact_match"],
+            "f1": scores["squad_f1"],
+        }
+    return out
+
+
+def span_heatmap(tokens, start_p, end_p, path, gold=None, title: str = "") -> Path:
+    """The passage's tokens, wrapped, each shaded by ``p(start) + p(end)``;
+    the gold span's tokens boxed in green (``gold``: first and last index)."""
+    from pipelines.core.plots import _pyplot, _save
+
+    plt = _pyplot()
+    tokens = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in tokens]
+    weight = np.clip(np.asarray(start_p) + np.asarray(end_p), 0.0, 1.0)
+    width, margin, gap, line_height = 9.0, 0.2, 0.06, 0.3  # inches
+    fig = plt.figure(figsize=(width, 2.0), dpi=110)
+    renderer = fig.canvas.get_renderer()
+    places, x, line = [], margin, 0
+    for token in tokens:  # lay out in inches, wrapping at the right margin
+        probe = fig.text(0, 0, token, fontsize=8)
+        size = probe.get_window_extent(renderer).width / fig.dpi
+        probe.remove()
+        if x + size > width - margin and x > margin:
+            x, line = margin, line + 1
+        places.append((x, line))
+        x += size + gap
+    height = line_height * (line + 1) + 0.9
+    fig.set_size_inches(width, height)
+    cmap = plt.get_cmap("OrRd")
+    for i, (token, (x, line)) in enumerate(zip(tokens, places, strict=True)):
+        boxed = gold is not None and gold[0] <= i <= gold[1]
+        fig.text(
+            x, height - 0.75 - line * line_height, token, fontsize=8,
+            va="center", transform=fig.dpi_scale_trans,
+            bbox={
+                "facecolor": cmap(0.85 * weight[i]),
+                "edgecolor": "green" if boxed else "none",
+                "linewidth": 1.2, "pad": 1.0,
+            },
+        )  # fmt: skip
+    fig.suptitle(
+        (title + "\n" if title else "")
+        + "shade: p(start) + p(end); green box: the gold answer",
+        fontsize=8,
+    )
+    return _save(plt, fig, path)
+
+
+def _heatmap(answerer, example, path, gold_span, prediction) -> Path:
+    import tensorflow as tf
+
+    features, _ = answerer.inputs(
+        tf.constant([example.context]), tf.constant([example.question])
+    )
+    out = answerer.scorer(features, training=False)
+    start_p = tf.nn.softmax(tf.cast(out["start"][0], tf.float32)).numpy()
+    end_p = tf.nn.softmax(tf.cast(out["end"][0], tf.float32)).numpy()
+    tokens = answerer.tokenizer.split([example.context])[0][0].numpy()
+    tokens = tokens[: answerer.max_context]
+    return span_heatmap(
+        tokens, start_p[: len(tokens)], end_p[: len(tokens)], path,
+        gold=gold_span if gold_span[0] >= 0 else None,
+        title=f"{example.question} -> {prediction!r} (gold {example.answers[0]!r})",
+    )  # fmt: skip
+
+
+def evaluate(
+    root, answerer, config, examples: Sequence, split: str, heatmaps: int = 3
+) -> dict:
+    """Answer ``examples`` with ``answerer`` (a `SpanAnswerer`); write
+    ``answers.tsv`` and the heatmaps in ``root``; return the metrics."""
+    import tensorflow as tf
+
+    from pipelines.extractive.data import token_span
+
+    serve = answerer.signatures()["serving_default"]
+    t0 = time.time()
+    predictions, scores = [], []
+    size = config.model.eval_batch_size
+    for i in range(0, len(examples), size):
+        chunk = examples[i : i + size]
+        out = serve(
+            tf.constant([e.context for e in chunk]),
+            tf.constant([e.question for e in chunk]),
+        )
+        predictions += [a.decode("utf-8") for a in out["answer"].numpy()]
+        scores += out["score"].numpy().tolist()
+    print(f"Answered {len(examples)} questions in {time.time() - t0:.1f} s")
+    golds = [list(e.answers) for e in examples]
+    overall = group_scores(predictions, golds, ["all"] * len(examples)).get(
+        "all", {"count": 0, "exact_match": 0.0, "f1": 0.0}
+    )
+    phrasing = ["seen" if e.phrasing_seen else "held_out" for e in examples]
+    metrics = {
+        "split": split,
+        "questions": len(examples),
+        "exact_match": overall["exact_match"],
+        "f1": overall["f1"],
+        "by_phrasing": group_scores(predictions, golds, phrasing),
+        "by_field": group_scores(
+            predictions, golds, [e.field or "-" for e in examples]
+        ),
+    }
+    root = Path(root)
+    _write_answers(root / "answers.tsv", examples, predictions, scores)
+    plots = root / "plots"
+    for k, example in enumerate(examples[:heatmaps]):
+        tokens = answerer.tokenizer.split([example.context])
+        begins, ends = (t[0].numpy()[: answerer.max_context] for t in tokens[1:])
+        _heatmap(
+            answerer, example, plots / f"span_{k}.png",
+            token_span(example, begins, ends), predictions[k],
+        )  # fmt: skip
+    return metrics
+
+
+def _write_answers(path: Path, examples, predictions, scores) -> None:
+    from pipelines.core.metrics import answer_f1
+
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter="\t", lineterminator="\n")
+    writer.writerow(
+        ["question", "gold", "prediction", "score", "f1", "field", "phrasing_seen"]
+    )
+    for example, prediction, score in zip(examples, predictions, scores, strict=True):
+        f1 = max(answer_f1(prediction, gold) for gold in example.answers)
+        writer.writerow([
+            example.question, " | ".join(example.answers), prediction,
+            f"{score:.4f}", f"{f1:.3f}", example.field, example.phrasing_seen,
+        ])  # fmt: skip
+    write_text(path, out.getvalue())
