@@ -34,9 +34,10 @@ test: $(STAMP) lint
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m "not slow"
 
-## test-slow: real training runs to their stated accuracy, and on JAX the
-## examples and integration tests that make test runs on TensorFlow only
-## (conftest.py's JAX_SLOW_MODULES).
+## test-slow: real training runs to their stated accuracy, the docs pages'
+## examples and the layer contract's XLA and MirroredStrategy clauses, and on
+## JAX the docstring examples and integration tests that make test runs on
+## TensorFlow only (conftest.py's SLOW_LAYER_CLAUSES and JAX_SLOW_MODULES).
 test-slow: $(STAMP)
 	$(PYTEST) -n 2 -m slow
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m jax_slow

@@ -39,10 +39,11 @@ if keras.backend.backend() == "tensorflow":
 # task of adding_a_task.md proves that a new task needs no new test code;
 # summarization's contract (a two-phase demo run, beam search over the
 # extended vocabulary in every clause) would take `make test` past its
-# 12 minutes on two cores, and so would question answering's. Their own
-# tests (test_summarization_task.py, test_qa_task.py) run in `make test`;
+# 12 minutes on two cores, and so would question answering's (memory
+# network and extractive). Their own tests (test_summarization_task.py,
+# test_qa_task.py, test_extractive_task.py) run in `make test`;
 # translation proves the contract there.
-SLOW_TASKS = {"locale", "qa", "summarization"}
+SLOW_TASKS = {"extractive", "locale", "qa", "summarization"}
 
 # On JAX, `make test` runs the shared layer contract and the layers' own
 # tests; these run in `make test-slow` (marker `jax_slow`), as they did in
@@ -51,6 +52,15 @@ SLOW_TASKS = {"locale", "qa", "summarization"}
 # multi-head kernels' equivalence grids (JAX compiles each of their loops).
 JAX_SLOW_MODULES = {"test_decoding.py", "test_multi_head.py", "test_transformer.py"}
 
+# Layer contract clauses that compile or replicate every layer (about 220 s
+# of the 1,150 s a TensorFlow `make test` spends on two workers), and the
+# docs pages' python blocks (110 s): `make test-slow` runs them, on both
+# backends, which keeps `make test` under its 12 minutes on two cores.
+SLOW_LAYER_CLAUSES = {
+    "test_jit_compiled_training",
+    "test_mirrored_strategy_equals_one_device",
+}
+
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
@@ -58,6 +68,9 @@ def pytest_collection_modifyitems(config, items):
         if pipeline_group(item.nodeid) in SLOW_TASKS:
             item.add_marker(pytest.mark.slow)
     if keras.backend.backend() == "tensorflow":
+        for item in items:
+            if _is_slow_layer_clause(item) or "test_python_blocks_run[" in item.nodeid:
+                item.add_marker(pytest.mark.slow)
         return
     skip = pytest.mark.skip(reason="needs the TensorFlow backend")
     for item in items:
@@ -66,9 +79,20 @@ def pytest_collection_modifyitems(config, items):
         pipeline_docs = "test_python_blocks_run[pipelines/" in item.nodeid
         if "tf_only" in item.keywords or pipeline_docs or _in_pipelines(item):
             item.add_marker(skip)
-        elif _is_example(item) or item.path.name in JAX_SLOW_MODULES:
+        elif (
+            _is_example(item)
+            or item.path.name in JAX_SLOW_MODULES
+            or _is_slow_layer_clause(item)
+        ):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.jax_slow)
+
+
+def _is_slow_layer_clause(item) -> bool:
+    name = getattr(item, "originalname", item.name)
+    return item.nodeid.startswith("tests/test_contract.py::") and (
+        name in SLOW_LAYER_CLAUSES
+    )
 
 
 def _is_example(item) -> bool:
