@@ -84,6 +84,18 @@ class TrainConfig:
                 f"config: `{where}lr_reduce_factor` must be in (0, 1] (1: never "
                 f"reduce), received {self.lr_reduce_factor}"
             )
+        if self.lr_reduce_factor < 1.0 and (
+            self.lr_reduce_patience >= self.early_stopping_patience
+            or self.min_learning_rate >= self.learning_rate
+        ):
+            raise ConfigError(
+                f"config: with `{where}lr_reduce_factor` below 1 the rate would "
+                f"never be reduced: `{where}lr_reduce_patience` must be below "
+                f"`{where}early_stopping_patience` and `{where}min_learning_rate` "
+                f"below `{where}learning_rate`; received {self.lr_reduce_patience} "
+                f"and {self.early_stopping_patience}, {self.min_learning_rate} and "
+                f"{self.learning_rate}"
+            )
         if self.strategy == "tpu" and not self.tpu:
             raise ConfigError(
                 f"config: `{where}strategy: tpu` needs `{where}tpu`, the TPU's address."

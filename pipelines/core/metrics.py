@@ -182,6 +182,8 @@ def _golds(reference: object, index: int) -> list[str]:
 
 def _best_over_golds(hypotheses, references, fn) -> float:
     """The mean over questions of the best ``fn(prediction, gold)``, times 100."""
+    if not references:
+        raise ValueError("squad metrics: no questions to score (received none)")
     total = 0.0
     for index, (hypothesis, reference) in enumerate(
         zip(hypotheses, references, strict=True)

@@ -187,24 +187,21 @@ class RunState(keras.callbacks.Callback):
     early stop ends the phase, not the run.
 
     With ``train.lr_reduce_factor < 1`` it also follows Keras'
-    ``ReduceLROnPlateau(monitor="val_loss")``: after ``lr_reduce_patience``
-    epochs without a better validation loss the learning rate is multiplied by
-    the factor (not below ``min_learning_rate``). The reduced rate is saved
-    with each backup and set again on resume; a new phase starts at the
-    configured rate.
+    ``ReduceLROnPlateau(monitor="val_loss")`` (without its ``min_delta`` and
+    ``cooldown``: any better loss resets the count): after
+    ``lr_reduce_patience`` epochs without a better validation loss the
+    learning rate is multiplied by the factor (not below
+    ``min_learning_rate``). The reduced rate is saved with each backup and set
+    again on resume; a new phase starts at the configured rate.
     """
 
     def __init__(
-        self,
-        run: RunDir,
-        backups: Backups,
-        state: dict,
-        patience: int,
-        train: config_lib.TrainConfig | None = None,
+        self, run: RunDir, backups: Backups, state: dict, train: config_lib.TrainConfig
     ):
         super().__init__()
-        self.run, self.backups, self.patience = run, backups, patience
-        self.train = train or config_lib.TrainConfig()
+        self.run, self.backups, self.train = run, backups, train
+        self.patience = train.early_stopping_patience
+        self.stale_best = False
         self.learning_rate = float(state.get("learning_rate", self.train.learning_rate))
         self.lr_wait = int(state.get("lr_wait", 0))
         self.history: list[dict] = list(state.get("history", []))
@@ -226,6 +223,9 @@ class RunState(keras.callbacks.Callback):
         set_epoch(epoch)  # the training order of this epoch
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.stale_best and self.chief:
+            self.run.best_weights.unlink(missing_ok=True)
+        self.stale_best = False
         logs = {k: float(v) for k, v in (logs or {}).items()}
         if not all(math.isfinite(v) for v in logs.values()):
             # Never let a diverged epoch replace the last good state.
@@ -296,17 +296,22 @@ class RunState(keras.callbacks.Callback):
     def forget_best_if_stale(self, restored: dict) -> None:
         """The best weights must belong to the restored state: a kill after the
         best was saved but before its backup, or a fall-back past a damaged
-        backup, leaves weights of an epoch that the resume replays."""
+        backup, leaves weights of an epoch that the resume replays.
+
+        Every worker decides (from the shared run folder), so that all of
+        them track the same best epoch, early stop and learning rate; the
+        chief removes the file at the end of the next epoch, when every
+        worker has long decided (the epoch's steps wait for all of them)."""
         best = self.run.best_weights
-        if not (self.chief and best.exists()):
+        if not best.exists() or restored.get("best_sha256") == sha256(best):
             return
-        if restored.get("best_sha256") != sha256(best):
+        if self.chief:
             print(
                 f"warning: {best} is from an epoch after the restored state; it is "
                 "removed and the best epoch is tracked again from here."
             )
-            best.unlink()
-            self.best, self.best_epoch = math.inf, None
+        self.best, self.best_epoch = math.inf, None
+        self.stale_best = True
 
 
 def write_history(path: Path, rows: list[dict]) -> None:
@@ -416,9 +421,7 @@ def _train(task: Task, config, run: RunDir) -> dict:
                 f"Resuming after epoch {initial_epoch} (optimizer step "
                 f"{restored.get('iterations')}) from {run.backup}"
             )
-        state = RunState(
-            run, backups, restored, train_config.early_stopping_patience, train_config
-        )
+        state = RunState(run, backups, restored, train_config)
         if restored:
             state.forget_best_if_stale(restored)
         callbacks = [state, keras.callbacks.TerminateOnNaN()]

@@ -34,9 +34,9 @@ class DataConfig:
     (the user's passages, `pipelines.data.countries.read_span_jsonl`).
 
     ``passages_per_country`` is how many passages (other sentence orders and
-    phrasings) each training country gets; ``limit`` keeps only the first
-    countries (the tiny preset). The fractions split the countries, or the
-    lines of a JSON Lines file.
+    phrasings) each training country gets; ``limit`` keeps the first
+    questions of each split (the tiny preset). The fractions split the
+    countries, or a JSON Lines file's passages.
     """
 
     source: str = "countries"
@@ -53,10 +53,11 @@ class DataConfig:
 @dataclass
 class TokenizerConfig:
     """Words and punctuation with their offsets
-    (`pipelines.extractive.tokenizer.SpanTokenizer`): the ``vocab_size``
-    most frequent training words get ids, every other word one of
-    ``oov_buckets`` hashed ids (so an unknown name in the question and in
-    the passage still share an id). Passages are read up to
+    (`pipelines.extractive.tokenizer.SpanTokenizer`): the ``vocab_size - 4``
+    most frequent training words get ids (4 are reserved), every other word
+    one of ``oov_buckets`` hashed ids (so an unknown name in the question and
+    in the passage still share an id); the model embeds ``vocab_size +
+    oov_buckets`` ids. Passages are read up to
     ``max_context_tokens``, questions up to ``max_question_tokens``."""
 
     vocab_size: int = field(default=4000, metadata={"range": (8, None)})

@@ -99,7 +99,8 @@ def describe_countries(counts: dict) -> list[str]:
 def token_span(example, begins: Sequence[int], ends: Sequence[int]) -> tuple[int, int]:
     """The first and last token (inclusive) overlapping the first gold
     answer, from the tokens' byte offsets in the context; ``(-1, -1)`` when
-    no read token does (the answer lies past a cut passage)."""
+    the read tokens do not hold all of it (the answer lies past, or across,
+    the cut of a long passage)."""
     head = example.context[: example.answer_start].encode("utf-8")
     first_byte = len(head)
     last_byte = first_byte + len(example.answers[0].encode("utf-8"))
@@ -108,6 +109,8 @@ def token_span(example, begins: Sequence[int], ends: Sequence[int]) -> tuple[int
     if not inside.any():
         return -1, -1
     where = np.flatnonzero(inside)
+    if ends[where[-1]] < last_byte:  # its end was cut off
+        return -1, -1
     return int(where[0]), int(where[-1])
 
 

@@ -58,7 +58,9 @@ class SpanAnswerer(ServingModule):
             key: _at_least_one(encoded[key].to_tensor(0))
             for key in ("context", "match", "question")
         }
-        offsets = {key: encoded[key].to_tensor(0) for key in ("begins", "ends")}
+        offsets = {
+            key: _at_least_one(encoded[key].to_tensor(0)) for key in ("begins", "ends")
+        }
         return features, offsets
 
     def answer(self, context, question):
@@ -110,7 +112,7 @@ class SpanAnswerer(ServingModule):
 
 
 def _at_least_one(values: tf.Tensor) -> tf.Tensor:
-    """``[B, T]`` padded with one zero column where ``T`` is 0 (the GRUs and
-    the span search need a position)."""
+    """``[B, T]`` padded with one zero column where ``T`` is 0 (the model, the
+    span search and the offsets it gathers from need a position)."""
     width = tf.maximum(tf.shape(values)[1], 1)
     return tf.pad(values, [[0, 0], [0, 1]])[:, :width]

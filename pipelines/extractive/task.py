@@ -49,7 +49,9 @@ def split_input(text: str) -> tuple[str, str]:
 
 class ExtractiveTask(Task):
     name = "extractive"
-    description = "extractive question answering: BiDAF span pointer, strings in"
+    description = (
+        "extractive question answering: BiDAF span pointer, passage and question in"
+    )
     default_preset = "countries"
     run_files = (TOKENIZER, ANSWERS_TSV, "span.png")
     evaluate_files = (ANSWERS_TSV, "plots/span_0.png")
@@ -103,9 +105,9 @@ class ExtractiveTask(Task):
             lost = int((encoded["start"] < 0).sum())
             lines.append(
                 f"{name} passages: median {int(np.median(lengths))} tokens read; "
-                f"cut {int((lengths >= limit).sum())} at "
-                f"tokenizer.max_context_tokens={limit}, where {lost} answers "
-                "were lost" + (" (left out of training)" if name == "train" else "")
+                f"{int((lengths == limit).sum())} cut at (or as long as) "
+                f"tokenizer.max_context_tokens={limit}, which cut {lost} answers"
+                + (" (left out of training)" if name == "train" else "")
             )
         return "\n".join(lines)
 
@@ -162,22 +164,27 @@ class ExtractiveTask(Task):
         return SpanAnswerer(model, preprocessors, config, samples)
 
     def samples(self, config) -> list[str]:
+        """Three questions on other facts, from the test split (else the
+        validation or the training split)."""
         from pipelines.extractive.data import load_data
 
-        test = load_data(config).test
-        chosen, fields = [], set()
-        for example in test:  # one question per fact, the first three facts
-            if example.field not in fields and example.question.endswith("?"):
-                fields.add(example.field)
-                chosen.append(f"{example.context}\n{example.question}")
-            if len(chosen) == 3:
-                break
-        if not chosen:
-            raise PipelineError(
-                f"data: no test question ends in '?' in {config.data.source}; "
-                "the samples of demo and export need one."
-            )
-        return chosen
+        data = load_data(config)
+        for split in ("test", "valid", "train"):
+            chosen, fields = [], set()
+            for example in data.split(split):  # the first three facts asked
+                if example.field not in fields and example.question.endswith("?"):
+                    fields.add(example.field)
+                    chosen.append(f"{example.context}\n{example.question}")
+                if len(chosen) == 3:
+                    break
+            if chosen:
+                return chosen
+        raise PipelineError(
+            f"data: no question of {config.data.source} ends in '?' "
+            f"({len(data.train)} train / {len(data.valid)} valid / "
+            f"{len(data.test)} test questions); demo and export send three as "
+            "samples."
+        )
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--plot", help="write the first answer's span plot here")
@@ -256,16 +263,23 @@ class ExtractiveTask(Task):
             assert out["start"][0] == 0 and out["end"][0] == 0
             assert out["score"][1] > 0.0
 
+        def no_words(out):
+            assert out["answer"].tolist() == [b""] and out["score"].tolist() == [0.0]
+            assert out["start"].tolist() == [0] and out["end"].tolist() == [0]
+
         def empty_batch(out):
             for key in ("answer", "start", "end", "score"):
                 assert out[key].shape == (0,), (key, out[key].shape)
 
         def long_passage(out):
+            from pipelines.extractive.tokenizer import SpanTokenizer
+
             # Only the first tokenizer.max_context_tokens tokens are read.
-            read = config.tokenizer.max_context_tokens
-            assert 0 <= out["start"][0] <= out["end"][0]
-            assert len(many[: out["end"][0]].split()) <= read + 1
-            assert many[out["start"][0] : out["end"][0]] == out["answer"][0].decode()
+            start, end = int(out["start"][0]), int(out["end"][0])
+            assert 0 <= start < end
+            assert many[start:end] == out["answer"][0].decode()
+            tokens = SpanTokenizer.split([many[:end]])[0]
+            assert tokens.row_lengths()[0] <= config.tokenizer.max_context_tokens
 
         many = " ".join([context] * (config.tokenizer.max_context_tokens // 4 + 1))
         return [
@@ -276,6 +290,11 @@ class ExtractiveTask(Task):
                     "question": strings(question, question),
                 },
                 check=unanswered,
+            ),
+            BadRequest(
+                "no passage has a word",
+                {"context": strings(""), "question": strings(question)},
+                check=no_words,
             ),
             BadRequest(
                 "empty question",

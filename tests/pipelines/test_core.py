@@ -234,6 +234,9 @@ def test_run_guard_keeps_tasks_apart_and_names_what_is_done(tmp_path):
 
 
 def test_best_weights_of_a_replayed_epoch_are_forgotten(tmp_path, capsys):
+    """Every worker forgets a stale best (so all track the same best epoch and
+    early stop); the chief removes its file at the end of the next epoch."""
+    from pipelines.core.backups import Backups
     from pipelines.core.run_dir import sha256
     from pipelines.core.trainer import RunState
 
@@ -241,14 +244,27 @@ def test_best_weights_of_a_replayed_epoch_are_forgotten(tmp_path, capsys):
     run.checkpoints.mkdir()
     run.best_weights.write_bytes(b"weights of epoch 2")
     kept = {"best": 0.5, "best_epoch": 1, "best_sha256": sha256(run.best_weights)}
-    state = RunState(run, None, kept, patience=3)
+    train = ToyConfig().train
+    state = RunState(run, None, kept, train)
     state.forget_best_if_stale(kept)
     assert run.best_weights.exists() and state.best == 0.5
     stale = {**kept, "best_sha256": "0" * 64}  # saved before the newer best
-    state = RunState(run, None, stale, patience=3)
+    worker = RunState(run, None, stale, train)
+    worker.chief = False
+    worker.forget_best_if_stale(stale)
+    assert worker.best == float("inf") and run.best_weights.exists()
+    assert "from an epoch after" not in capsys.readouterr().out
+    state = RunState(run, Backups(tmp_path / "b"), stale, train)
     state.forget_best_if_stale(stale)
-    assert not run.best_weights.exists() and state.best == float("inf")
+    assert state.best == float("inf") and state.best_epoch is None
     assert "from an epoch after the restored state" in capsys.readouterr().out
+    assert (
+        run.best_weights.read_bytes() == b"weights of epoch 2"
+    )  # until the epoch ends
+    state.set_model(_fresh_model())
+    state.on_epoch_end(2, {"loss": 9.0, "val_loss": 9.0})  # the new best
+    assert run.best_weights.read_bytes() != b"weights of epoch 2"
+    assert state.best == 9.0 and state.best_epoch == 2
 
 
 # -- training phases -------------------------------------------------------------------
@@ -346,8 +362,9 @@ def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
     train = ToyConfig().train
     train.learning_rate, train.lr_reduce_factor = 1.0, 0.5
     train.lr_reduce_patience, train.min_learning_rate = 2, 0.3
+    train.early_stopping_patience = 10
     model = _fresh_model()
-    state = RunState(RunDir(tmp_path), Backups(tmp_path / "b"), {}, 10, train)
+    state = RunState(RunDir(tmp_path), Backups(tmp_path / "b"), {}, train)
     state.set_model(model)
     state.on_train_begin()
     rates = []
@@ -362,7 +379,7 @@ def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
     saved = state.state(9)
     assert saved["learning_rate"] == 0.3 and not saved["stopped_early"]
     resumed = _fresh_model()  # the configured rate, as a restart compiles it
-    again = RunState(RunDir(tmp_path), None, saved, 10, train)
+    again = RunState(RunDir(tmp_path), None, saved, train)
     again.set_model(resumed)
     again.on_train_begin()
     assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(0.3)
@@ -371,11 +388,47 @@ def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
     assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(1.0)
 
 
-def test_lr_reduce_factor_must_be_positive():
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["train.lr_reduce_factor=0"], "must be in \\(0, 1\\]"),
+        (
+            ["train.lr_reduce_factor=0.5", "train.lr_reduce_patience=3"],
+            "would never be reduced.*received 3 and 3",
+        ),
+        (
+            ["train.lr_reduce_factor=0.5", "train.min_learning_rate=0.01"],
+            "would never be reduced.*0.01 and 0.002",
+        ),
+    ],
+)
+def test_a_learning_rate_schedule_that_cannot_act_is_refused(overrides, message):
     from pipelines.core.config import ConfigError, apply_overrides
 
-    with pytest.raises(ConfigError, match="lr_reduce_factor"):
-        apply_overrides(ToyConfig(), ["train.lr_reduce_factor=0"]).validate()
+    with pytest.raises(ConfigError, match=message):
+        apply_overrides(ToyConfig(), ["train.lr_reduce_patience=1", *overrides])
+
+
+def test_the_reduced_rate_reaches_every_replica():
+    """Under MirroredStrategy (two logical CPUs) the optimizer's rate is a
+    mirrored variable: the reduction sets every replica's copy."""
+    import tensorflow as tf
+
+    from pipelines.core.trainer import RunState
+
+    train = ToyConfig().train
+    train.learning_rate, train.lr_reduce_factor = 0.1, 0.5
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = _fresh_model()
+        model.optimizer.build(model.trainable_variables)
+    state = RunState(RunDir("unused"), None, {}, train)
+    state.set_model(model)
+    state._reduce_learning_rate(0)
+    variable = model.optimizer._learning_rate.value  # the backend tf.Variable
+    copies = strategy.experimental_local_results(variable)
+    assert len(copies) == 2
+    assert [float(c.numpy()) for c in copies] == pytest.approx([0.05, 0.05])
 
 
 # -- backups ---------------------------------------------------------------------------

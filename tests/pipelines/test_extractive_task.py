@@ -77,8 +77,9 @@ def test_token_span_uses_answer_start_not_the_first_occurrence():
     assert token_span(second, begins[0].numpy(), ends[0].numpy()) == (9, 9)
     first = _example(context, "Southern Europe")
     assert token_span(first, begins[0].numpy(), ends[0].numpy()) == (0, 1)
-    # Past a cut passage: no token covers it.
+    # Past a cut passage, or across the cut: not all of it is read.
     assert token_span(second, begins[0].numpy()[:5], ends[0].numpy()[:5]) == (-1, -1)
+    assert token_span(first, begins[0].numpy()[:1], ends[0].numpy()[:1]) == (-1, -1)
 
 
 def test_batches_point_at_the_answer_and_leave_out_answers_past_the_cut():
@@ -144,14 +145,17 @@ def test_served_offsets_are_characters_and_cover_the_answer_text():
 
 def test_the_span_length_is_capped():
     out = _serve(_answerer(width=2, max_span=1), [CONTEXT], ["bern?"])
-    start, end = out["start"][0], out["end"][0]
-    assert len(CONTEXT[start:end].split()) == 1
+    assert out["answer"][0] == b"Bern"  # one token; its end is two tokens on
+    assert CONTEXT[out["start"][0] : out["end"][0]] == "Bern"
 
 
 def test_empty_inputs_get_no_answer_and_others_are_answered():
     out = _serve(_answerer(), ["", CONTEXT, CONTEXT], ["bern?", "  ", "bern?"])
     assert out["answer"].tolist() == [b"", b"", b"Bern"]
     assert out["start"].tolist()[:2] == [0, 0] and out["score"][1] == 0.0
+    alone = _serve(_answerer(), [" \n "], ["bern?"])  # no passage has a token
+    assert alone["answer"].tolist() == [b""] and alone["score"].tolist() == [0.0]
+    assert alone["start"].tolist() == [0] and alone["end"].tolist() == [0]
 
 
 def test_split_input_needs_a_question_and_a_passage():
