@@ -113,9 +113,10 @@ def _tiny() -> ExtractiveConfig:
         data=DataConfig(passages_per_country=1, limit=40),
         tokenizer=TokenizerConfig(vocab_size=300, oov_buckets=16),
         # No dropout: the contract compares runs on one and two devices. The
-        # Transformer encoder traces and compiles faster than three BiGRUs.
+        # BiGRUs, not the Transformer blocks: with these, Adam's update of a
+        # rarely seen word's embedding (a gradient near its epsilon) differed
+        # by 7e-5 between one device and two, past the contract's tolerance.
         model=ModelConfig(
-            encoder="transformer",
             embed_dim=8,
             units=4,
             heads=2,
