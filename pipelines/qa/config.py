@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,7 +59,8 @@ class TokenizerConfig:
 
 @dataclass
 class ModelConfig:
-    """The memory network (Sukhbaatar et al. 2015), its sizes and options.
+    """The memory network (Sukhbaatar et al. 2015), its sizes and options; or,
+    with ``architecture="encoder_decoder"``, the generative model.
 
     ``max_memories`` is how many of a story's most recent sentences the
     model reads (the paper: 50). ``linear_start_epochs > 0`` trains the
@@ -84,6 +86,23 @@ class ModelConfig:
     temporal_noise: float = field(default=0.1, metadata={"range": (0.0, 0.99)})
     supervision_weight: float = field(default=0.0, metadata={"range": (0.0, None)})
     eval_batch_size: int = field(default=256, metadata=POSITIVE)
+    # ``encoder_decoder``: the story's words then the question's through a
+    # BiGRU, and an attention RNN decoder (Bahdanau) that writes the answer's
+    # words (a list as its items) and attends to the words at every step.
+    architecture: Literal["memory", "encoder_decoder"] = "memory"
+    units: int = field(default=64, metadata=POSITIVE)  # encoder GRU per direction
+    max_answer_words: int = field(default=4, metadata=POSITIVE)  # decoding stops
+
+    def validate(self, where: str = "model.") -> None:
+        if self.architecture != "encoder_decoder":
+            return
+        for key in ("linear_start_epochs", "supervision_weight"):
+            if getattr(self, key):
+                raise core_config.ConfigError(
+                    f"config: `{where}{key}` is a memory network option; with "
+                    f"`{where}architecture=encoder_decoder` it must be 0, received "
+                    f"{getattr(self, key)}"
+                )
 
 
 @dataclass
@@ -107,13 +126,19 @@ def _babi() -> QAConfig:
 
 
 def _babi10k() -> QAConfig:
-    """Task 1 at 10k; other tasks with ``--set data.source=babi:N@10k``."""
+    """Task 1 at 10k; other tasks with ``--set data.source=babi:N@10k``. The
+    learning rate halves after 3 epochs without a better validation loss."""
     return QAConfig(
         name="babi-10k",
         data=DataConfig(source="babi:1@10k"),
         model=ModelConfig(linear_start_epochs=15),
         train=TrainConfig(
-            epochs=60, batch_size=64, learning_rate=5e-3, early_stopping_patience=8
+            epochs=100,
+            batch_size=64,
+            learning_rate=5e-3,
+            early_stopping_patience=10,
+            lr_reduce_factor=0.5,
+            lr_reduce_patience=3,
         ),
     )
 
@@ -135,7 +160,34 @@ def _tiny() -> QAConfig:
     )
 
 
-PRESETS = {"babi": _babi, "babi-10k": _babi10k, "tiny": _tiny}
+def _babi_generative() -> QAConfig:
+    """Task 1 at 10k, answered word by word by the attention encoder-decoder."""
+    return QAConfig(
+        name="babi-generative",
+        data=DataConfig(source="babi:1@10k"),
+        model=ModelConfig(architecture="encoder_decoder", embed_dim=32, units=64),
+        train=TrainConfig(
+            epochs=30, batch_size=64, learning_rate=3e-3, early_stopping_patience=4
+        ),
+    )
+
+
+def _tiny_generative() -> QAConfig:
+    tiny = _tiny()
+    return dataclasses.replace(
+        tiny,
+        name="tiny-generative",
+        model=dataclasses.replace(tiny.model, architecture="encoder_decoder", units=8),
+    )
+
+
+PRESETS = {
+    "babi": _babi,
+    "babi-10k": _babi10k,
+    "babi-generative": _babi_generative,
+    "tiny": _tiny,
+    "tiny-generative": _tiny_generative,
+}
 
 
 def preset(name: str) -> QAConfig:

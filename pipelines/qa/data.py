@@ -38,6 +38,11 @@ class Preprocessors(NamedTuple):
         return answer_ids(self.tokenizer.words, self.answers)
 
     @property
+    def answer_words(self) -> list[str]:
+        """The encoder-decoder's output words (`answer_words`)."""
+        return answer_words(self.answers)
+
+    @property
     def vocab_size(self) -> int:
         """Word ids and the answers' own ids: the memory network's vocabulary."""
         return max([self.tokenizer.vocab_size - 1, *self.answer_ids]) + 1
@@ -59,6 +64,22 @@ def answer_ids(words: Sequence[str], answers: Sequence[str]) -> list[int]:
             ids.append(next_id)
             next_id += 1
     return ids
+
+
+def answer_words(answers: Sequence[str]) -> list[str]:
+    """The words the encoder-decoder writes: every answer's items (the list
+    answer ``apple,milk`` is two), sorted. Word ``k`` is id ``4 + k``.
+
+    >>> answer_words(["garden", "apple,milk", "no"])
+    ['apple', 'garden', 'milk', 'no']
+    """
+    return sorted({w for a in answers for w in a.split(",") if w})
+
+
+def max_source_words(config) -> int:
+    """The longest source the encoder-decoder reads: every kept sentence's
+    words, then the question's."""
+    return (config.model.max_memories + 1) * config.tokenizer.max_words
 
 
 def load_data(config) -> Data:
@@ -114,6 +135,13 @@ def load_data(config) -> Data:
         f"cut {long_sentences} of {len(sentences)} distinct sentences and questions "
         f"longer than about {words} words and marks (tokenizer.max_words)"
     )
+    if config.model.architecture == "encoder_decoder":
+        limit = config.model.max_answer_words
+        long_answers = sum(len(e.answer.split(",")) > limit for e in everything)
+        notes.append(
+            f"cut {long_answers} answers to their first {limit} items "
+            "(model.max_answer_words)"
+        )
     return Data(train, valid, test, notes)
 
 
@@ -177,6 +205,59 @@ def encode(examples: Sequence[QAExample], preprocessors: Preprocessors, config):
     return story, question, supporting, answer, np.asarray(lengths)
 
 
+def make_generative_dataset(examples, preprocessors, config, training, replicas=1):
+    """Teacher-forcing batches ``({"source", "target_in"}, target_out)`` of
+    the encoder-decoder: ``source`` is the kept sentences' words then the
+    question's (``[B, L]``, bucketed by ``L``), the targets the answer's
+    words with ``[START]`` in front and ``[END]`` after."""
+    import tensorflow as tf
+
+    from pipelines.core.datasets import (
+        bucket_batches,
+        bucket_boundaries,
+        training_order,
+    )
+    from pipelines.core.text import END, PAD, RESERVED, START
+
+    story, question, _, _, _ = encode(examples, preprocessors, config)
+    source = tf.concat([story.merge_dims(1, 2), question], axis=1)
+    index = {w: len(RESERVED) + k for k, w in enumerate(preprocessors.answer_words)}
+    limit = config.model.max_answer_words
+    target = tf.ragged.constant(
+        [[index[w] for w in e.answer.split(",")[:limit]] for e in examples],
+        dtype=tf.int32,
+        ragged_rank=1,
+    )
+    lengths = source.row_lengths().numpy()
+    if training:
+        order = training_order(len(examples), config.train.seed)
+    else:
+        order = tf.data.Dataset.range(len(examples))
+
+    def add_markers(i):
+        t = target[i]
+        return source[i], tf.concat([[START], t], 0), tf.concat([t, [END]], 0)
+
+    data = order.map(add_markers, num_parallel_calls=tf.data.AUTOTUNE)
+    longest, steps = max_source_words(config), limit + 1
+    data = bucket_batches(
+        data,
+        np.maximum(lengths, 1),
+        bucket_boundaries(longest, minimum=16),
+        config.train.batch_size,
+        longest,
+        replicas=replicas,
+        padding_value=PAD,
+        static=config.train.jit_compile,
+        static_shapes=lambda bound: (tf.stack([bound]), [steps], [steps]),
+    )
+
+    def as_features(source, target_in, target_out):
+        return {"source": source, "target_in": target_in}, target_out
+
+    return data.map(as_features).prefetch(tf.data.AUTOTUNE)
+
+
 def make_dataset(examples, preprocessors, config, training: bool, replicas: int = 1):
     """Batches ``({"story", "question"}, answer)``.
 
@@ -197,6 +278,10 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
 
     if not examples:
         raise PipelineError("data: no questions to batch.")
+    if config.model.architecture == "encoder_decoder":
+        return make_generative_dataset(
+            examples, preprocessors, config, training, replicas
+        )
     story, question, supporting, answer, lengths = encode(
         examples, preprocessors, config
     )

@@ -45,10 +45,11 @@ def attention_hits(attention: np.ndarray, supporting: Sequence[Sequence[int]]):
 
 
 def memory_attention_plot(
-    sentences, attention, path, supporting=(), title: str = ""
+    sentences, attention, path, supporting=(), title: str = "", columns=None
 ) -> Path:
-    """The story's sentences (rows) by hops (columns), the attention as colour
-    (and as numbers, up to 40 sentences); supporting facts are starred."""
+    """The story's sentences (rows) by hops (columns; or the encoder-decoder's
+    steps, named by ``columns``), the attention as colour (and as numbers, up
+    to 40 sentences); supporting facts are starred."""
     from pipelines.core.plots import _pyplot, _save
 
     plt = _pyplot()
@@ -56,15 +57,17 @@ def memory_attention_plot(
         s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in sentences
     ]
     sentences = [s for s in sentences if s]
-    weights = np.asarray(attention)[:, : len(sentences)].T  # [S, hops]
+    attention = np.asarray(attention)
+    if columns is not None:
+        attention = attention[: len(columns)]
+    weights = attention[:, : len(sentences)].T  # [S, hops]
     labels = [("* " if i in supporting else "") + s for i, s in enumerate(sentences)]
     height = min(18.0, max(2.5, 0.28 * len(sentences) + 1.3))
     fig, ax = plt.subplots(figsize=(7.5, height), dpi=110)
     ax.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0, vmax=1.0)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_xticks(
-        range(weights.shape[1]), [f"hop {h + 1}" for h in range(weights.shape[1])]
-    )
+    columns = columns or [f"hop {h + 1}" for h in range(weights.shape[1])]
+    ax.set_xticks(range(weights.shape[1]), columns, rotation=20, fontsize=8)
     for i in range(len(labels)):
         if i in supporting:
             ax.get_yticklabels()[i].set_fontweight("bold")
@@ -84,6 +87,7 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
 
     from pipelines.core.run_dir import write_text
     from pipelines.data.babi import TASKS, format_story
+    from pipelines.qa.serving import attention_rows, step_labels
 
     fn = answerer.signatures()["serving_default"]
     size = config.model.eval_batch_size
@@ -96,20 +100,25 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
             question=tf.constant([e.question for e in chunk]),
         )
         attention = out["attention"].numpy()
+        labels = step_labels({k: v.numpy() for k, v in out.items()})
         predicted += [a.decode("utf-8") for a in out["answer"].numpy()]
         scores += out["score"].numpy().tolist()
         hits.append(attention_hits(attention, [e.supporting for e in chunk]))
         peaks += [row.argmax(-1).tolist() if row.shape[-1] else [] for row in attention]
         if len(outputs) < heatmaps:
             outputs += [
-                (e, attention[i])
+                (e, attention[i], labels[i])
                 for i, e in enumerate(chunk[: heatmaps - len(outputs)])
             ]
-    hits = np.concatenate(hits) if hits else np.zeros((0, config.model.hops), bool)
+    shape = (0, attention_rows(config))
+    hits = np.concatenate(hits) if hits else np.zeros(shape, bool)
     truth = [e.answer for e in examples]
     correct = np.array([p == t for p, t in zip(predicted, truth, strict=True)])
     has_facts = np.array([bool(e.supporting) for e in examples])
     metrics: dict = {"split": split, "run": config.name, "questions": len(examples)}
+    metrics["attention_rows"] = (
+        "step" if config.model.architecture == "encoder_decoder" else "hop"
+    )
     metrics["accuracy"] = float(correct.mean()) if len(correct) else 0.0
     metrics.update(_attention_metrics(hits, has_facts))
     by_task = defaultdict(list)
@@ -137,13 +146,14 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
             + ",".join(map(str, peak))
         )
     write_text(root / "answers.tsv", "\n".join(rows) + "\n")
-    for i, (example, attention) in enumerate(outputs):
+    for i, (example, attention, columns) in enumerate(outputs):
         memory_attention_plot(
             list(example.story),
             attention,
             root / "plots" / f"attention_{i}.png",
             supporting=set(example.supporting),
             title=f"{example.question} -> {predicted[i]} (truth: {example.answer})",
+            columns=columns,
         )
     print(report(metrics, TASKS))
     return metrics
@@ -163,7 +173,8 @@ def report(metrics: dict, names: dict[int, str]) -> str:
     """The per-task table ``evaluate`` prints."""
     lines = [
         f"{'task':<28} {'questions':>9} {'accuracy':>9} {'error':>7} "
-        f"{'MemN2N 1k':>9}  attention on a supporting fact, per hop"
+        f"{'MemN2N 1k':>9}  attention on a supporting fact, per "
+        + metrics.get("attention_rows", "hop")
     ]
     for task, entry in metrics["tasks"].items():
         name = f"{task} {names.get(int(task), 'user data')}"

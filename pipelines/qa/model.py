@@ -5,7 +5,8 @@ in two Keras models that share its weights: ``trainer`` (story and question
 in, answer logits out; with ``model.supervision_weight > 0`` it also takes
 the supporting facts and adds `attention_layers.MemorySupervisionLoss`) and
 ``scorer`` (the logits and every hop's attention, for evaluation and
-serving).
+serving). `GenerativeQA` (``model.architecture="encoder_decoder"``) writes
+the answer word by word instead.
 """
 
 from __future__ import annotations
@@ -59,3 +60,48 @@ class MemoryQA:
                 {"story": story, "question": question}, logits, name="memory_qa"
             )
         self.supervised = m.supervision_weight > 0
+
+
+class GenerativeQA:
+    """The story's words then the question's ``[B, L]`` in, the answer's words
+    out: the encoder-decoder of the seeds' framing ("the source is a
+    question, the target an answer"), with a changing context vector at
+    every step. It is the translation task's attention model
+    (`pipelines.translation.model.RNNSeq2Seq`: a BiGRU encoder, a GRU decoder
+    with Bahdanau attention and input feeding), over word ids.
+
+    Args:
+        config: the run's `pipelines.qa.config.QAConfig`
+            (``model.architecture="encoder_decoder"``).
+        source_vocab: the story and question words' ids.
+        target_vocab: the answer words' ids (`Preprocessors.answer_words`
+            after the 4 reserved ids).
+    """
+
+    def __init__(self, config, source_vocab: int, target_vocab: int):
+        from pipelines.translation.config import ModelConfig as Seq2SeqConfig
+        from pipelines.translation.model import RNNSeq2Seq
+
+        m = config.model
+        self.seq2seq = RNNSeq2Seq(
+            Seq2SeqConfig(
+                architecture="rnn",
+                attention="bahdanau",
+                embedding_dim=m.embed_dim,
+                units=m.units,
+                attention_units=m.units,
+                dropout=0.0,
+            ),
+            source_vocab,
+            target_vocab,
+        )
+        self.trainer = self.seq2seq.trainer
+
+    def encode(self, source_ids):
+        return self.seq2seq.encode(source_ids)
+
+    def initial_state(self, encoded):
+        return self.seq2seq.initial_state(encoded)
+
+    def step_fn(self, encoded):
+        return self.seq2seq.step_fn(encoded)

@@ -109,13 +109,31 @@ class QATask(Task):
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
-        from pipelines.qa.model import MemoryQA
+        from pipelines.qa.model import GenerativeQA, MemoryQA
 
+        if config.model.architecture == "encoder_decoder":
+            from pipelines.core.text import RESERVED
+
+            return GenerativeQA(
+                config,
+                preprocessors.tokenizer.vocab_size,
+                len(RESERVED) + len(preprocessors.answer_words),
+            )
         return MemoryQA(config, preprocessors.vocab_size)
 
     def compile_arguments(self, config) -> dict:
         import keras
 
+        if config.model.architecture == "encoder_decoder":
+            from pipelines.core.metrics import TokenAccuracy
+            from pipelines.core.text import PAD
+
+            return {
+                "loss": keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=True, ignore_class=PAD
+                ),
+                "metrics": [TokenAccuracy(pad_id=PAD)],
+            }
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         if config.model.supervision_weight > 0:
             # The attention output carries the supervision loss only; Keras
@@ -151,7 +169,8 @@ class QATask(Task):
 
     def evaluation_summary(self, metrics: dict) -> str:
         hit = metrics.get("attention_hit")
-        hops = f"; attention on a supporting fact {hit[0]:.0%} (hop 1)" if hit else ""
+        row = metrics.get("attention_rows", "hop")
+        hops = f"; attention on a supporting fact {hit[0]:.0%} ({row} 1)" if hit else ""
         return (
             f"accuracy {metrics['accuracy']:.1%} on the {metrics['split']} split{hops}"
         )
@@ -181,6 +200,7 @@ class QATask(Task):
 
     def predict(self, export_dir, inputs, args) -> None:
         from pipelines.core.serving import call_export
+        from pipelines.qa.serving import step_labels
 
         pairs = [split_input(text) for text in inputs]
         out = call_export(
@@ -190,15 +210,16 @@ class QATask(Task):
                 "question": np.array([q for _, q in pairs], dtype=object),
             },
         )
-        for text, answer, score, attention, sentences in zip(
+        labels = step_labels(out)
+        for text, answer, score, attention, sentences, rows in zip(
             inputs, out["answer"], out["score"], out["attention"], out["sentences"],
-            strict=True,
+            labels, strict=True,
         ):  # fmt: skip
             print(f"{text}\n  -> {answer.decode('utf-8')}   (probability {score:.3f})")
-            for hop, weights in enumerate(attention):
+            for label, weights in zip(rows, attention[: len(rows)], strict=True):
                 if weights.size and weights.max() > 0:
                     best = sentences[int(weights.argmax())].decode("utf-8")
-                    print(f"     hop {hop + 1}: {weights.max():.2f} on {best!r}")
+                    print(f"     {label}: {weights.max():.2f} on {best!r}")
         if getattr(args, "plot", None):
             from pipelines.qa.evaluate import memory_attention_plot
 
@@ -206,9 +227,10 @@ class QATask(Task):
                 out["sentences"][0],
                 out["attention"][0],
                 args.plot,
+                columns=labels[0],
                 title=f"{pairs[0][1]} -> {out['answer'][0].decode('utf-8')}",
             )
-            print(f"Attention over the story, per hop: {path}")
+            print(f"Attention over the story: {path}")
 
     def demo_arguments(self, run_dir) -> list[str]:
         return ["--plot", str(Path(run_dir) / "attention.png")]
@@ -227,6 +249,8 @@ class QATask(Task):
         ]
 
     def bad_requests(self, config) -> list[BadRequest]:
+        from pipelines.qa.serving import attention_rows
+
         story, question = split_input(self.samples(config)[0])
 
         def strings(*rows):
@@ -239,14 +263,18 @@ class QATask(Task):
 
         def empty_batch(out):
             assert out["answer"].shape == (0,) and out["score"].shape == (0,)
-            assert out["attention"].shape[:2] == (0, config.model.hops)
+            assert out["attention"].shape[:2] == (0, attention_rows(config))
 
         def long_story(out):
             attention = out["attention"][0]
             read = config.model.max_memories
             assert attention.shape[-1] == read + 5
             assert not attention[:, :5].any()  # the oldest sentences are not read
-            np.testing.assert_allclose(attention[:, 5:].sum(-1), 1.0, rtol=1e-5)
+            if config.model.architecture == "encoder_decoder":
+                # The first step reads the story; the question takes the rest.
+                assert 0.0 < attention[0, 5:].sum() <= 1.0 + 1e-5
+            else:
+                np.testing.assert_allclose(attention[:, 5:].sum(-1), 1.0, rtol=1e-5)
 
         lines = story.split("\n")
         many = "\n".join(
