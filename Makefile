@@ -56,6 +56,8 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_multi_head
 	$(BIN)/python -m benchmarks.bench_memory
 	$(BIN)/python -m benchmarks.bench_transformer_decoding
+	$(BIN)/python -m benchmarks.bench_pipeline --xla
+	$(BIN)/python -m benchmarks.bench_pipeline --tasks
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict

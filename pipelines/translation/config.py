@@ -87,8 +87,16 @@ def _dates() -> TranslationConfig:
         tokenizer=TokenizerConfig(
             kind="char", max_source_tokens=48, max_target_tokens=11
         ),
-        model=ModelConfig(embedding_dim=32, units=64, attention_units=64, dropout=0.0),
-        # Validation token accuracy is 1.0000 after the first epoch.
+        # No input feeding: the decoder GRU runs alone and the attention once
+        # over all its states; it reached 99% greedy exact match in 0.65x the
+        # training time of input feeding (benchmarks/bench_pipeline.py).
+        model=ModelConfig(
+            embedding_dim=32,
+            units=64,
+            attention_units=64,
+            dropout=0.0,
+            input_feeding=False,
+        ),
         train=TrainConfig(epochs=2, batch_size=64, learning_rate=3e-3),
         decode=DecodeConfig(length_penalty=0.0),
     )
