@@ -104,7 +104,12 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
         predicted += [a.decode("utf-8") for a in out["answer"].numpy()]
         scores += out["score"].numpy().tolist()
         hits.append(attention_hits(attention, [e.supporting for e in chunk]))
-        peaks += [row.argmax(-1).tolist() if row.shape[-1] else [] for row in attention]
+        # Each hop's (or written step's) most-attended sentence; none for a
+        # row that attends to nothing (after [END], or an unanswerable row).
+        peaks += [
+            [int(r.argmax()) for r in row if r.size and r.max() > 0]
+            for row in attention
+        ]
         if len(outputs) < heatmaps:
             outputs += [
                 (e, attention[i], labels[i])

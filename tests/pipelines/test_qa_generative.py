@@ -148,4 +148,8 @@ def test_a_short_run_learns_and_evaluates(tmp_path, capsys):
     assert len(metrics["attention_hit"]) == config.model.max_answer_words + 1
     assert metrics["accuracy"] > 0.3  # six places: chance is 1/6 (measured: 0.45)
     assert (tmp_path / "plots" / "attention_0.png").exists()
+    # One peak per written step: the place and [END], none after.
+    rows = (tmp_path / "answers.tsv").read_text().splitlines()[1:]
+    peaks = [row.split("\t")[7] for row in rows]
+    assert all(0 < len(p.split(",")) <= 2 for p in peaks)
     assert "per step" in capsys.readouterr().out
