@@ -135,6 +135,10 @@ def test_a_short_run_learns_and_evaluates(tmp_path, capsys):
             "model.units=32",
             "model.embed_dim=16",
             "train.learning_rate=5e-3",
+            # Not "auto": a MirroredStrategy over the test process's two
+            # logical CPUs would clash with the layer contract's own
+            # MirroredStrategy in the same xdist worker (collective keys).
+            "train.strategy=default",
         ],
     )
     train(TASK, config, tmp_path)
