@@ -12,8 +12,10 @@ from attention_layers.hard import HardAttention, ReinforceLoss
 from attention_layers.local import LocalAttention
 from attention_layers.losses import (
     CoverageLoss,
+    DoublyStochasticLoss,
     MemorySupervisionLoss,
     coverage_loss,
+    doubly_stochastic_loss,
     memory_supervision_loss,
 )
 from attention_layers.luong import LuongAttention
@@ -25,6 +27,7 @@ from attention_layers.positional import (
     PositionEmbedding,
     RotaryEmbedding,
     SinusoidalPositionEncoding,
+    SinusoidalPositionEncoding2D,
 )
 from attention_layers.recurrent import AttentionDecoder, AttentionRNNCell
 from attention_layers.scaled_dot import ScaledDotProductAttention
@@ -48,6 +51,7 @@ __all__ = [
     "BahdanauAttention",
     "BidirectionalAttentionFlow",
     "CoverageLoss",
+    "DoublyStochasticLoss",
     "HardAttention",
     "LocalAttention",
     "LuongAttention",
@@ -61,6 +65,7 @@ __all__ = [
     "ScaledDotProductAttention",
     "ScoreAttention",
     "SinusoidalPositionEncoding",
+    "SinusoidalPositionEncoding2D",
     "SpanPointer",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
@@ -68,6 +73,7 @@ __all__ = [
     "best_span",
     "copy_step_inputs",
     "coverage_loss",
+    "doubly_stochastic_loss",
     "extended_source_ids",
     "extended_target_ids",
     "masked_softmax",

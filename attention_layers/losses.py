@@ -1,5 +1,6 @@
-"""Losses on attention weights: the coverage loss of See et al. (2017) and the
-attention supervision of memory networks (Sukhbaatar et al. 2015)."""
+"""Losses on attention weights: the coverage loss of See et al. (2017), the
+attention supervision of memory networks (Sukhbaatar et al. 2015) and the
+doubly stochastic regulariser of Xu et al. (2015)."""
 
 import numbers
 
@@ -373,6 +374,166 @@ class MemorySupervisionLoss(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "weight": self.weight, "hops": self.hops}
+
+
+def doubly_stochastic_loss(alignments, mask=None, memory_mask=None):
+    """Per-example doubly stochastic penalty ``sum_i (1 - sum_t a_ti)^2``.
+
+    ``a_t`` is the attention of decoder step ``t`` over the ``L`` encoder
+    positions ``i`` (the cells of an image's feature grid). Each row already
+    sums to 1 over ``i``; the penalty pushes each position's attention summed
+    over the steps towards 1 as well, so that over a caption every part of
+    the image is looked at. Masked decoder steps (``mask``, the target
+    padding) add nothing to the sums; masked positions (``memory_mask``, a
+    padded memory) are left out of the penalty. Computed in float32. Xu et
+    al. add ``lambda`` times this to the caption's negative log-likelihood
+    (`DoublyStochasticLoss`).
+
+    Args:
+        alignments: ``[B, T, L]``, the attention weights of every decoder step.
+        mask: optional ``[B, T]``, True on real (unpadded) decoder steps.
+        memory_mask: optional ``[B, L]``, True on real encoder positions.
+
+    Returns:
+        ``[B]`` float32, one value per example.
+
+    Example:
+
+    >>> import numpy as np
+    >>> a = np.array([[[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]]], "float32")
+    >>> # sums over the steps 0.5, 1.5, 0: 0.25 + 0.25 + 1
+    >>> float(doubly_stochastic_loss(a)[0])
+    1.5
+    >>> float(doubly_stochastic_loss(a, mask=np.array([[True, False]]))[0])
+    1.5
+    >>> float(doubly_stochastic_loss(a, memory_mask=np.array([[1, 1, 0]]))[0])
+    0.5
+
+    References:
+        Xu, Ba, Kiros, Cho, Courville, Salakhutdinov, Zemel, Bengio. Show,
+        Attend and Tell: Neural Image Caption Generation with Visual
+        Attention. ICML 2015, section 4.2.1, equation 14.
+        https://arxiv.org/abs/1502.03044
+    """
+
+    def error(argument, expected, received):
+        return ValueError(
+            f"doubly_stochastic_loss: argument `{argument}` expected {expected}; "
+            f"received {received}."
+        )
+
+    alignments = ops.cast(ops.convert_to_tensor(alignments), "float32")
+    if len(alignments.shape) != 3:
+        raise error(
+            "alignments",
+            "a rank-3 tensor [batch, target_length, memory_length]",
+            f"shape {tuple(alignments.shape)}",
+        )
+    if mask is not None:
+        mask = masking.as_bool(ops.convert_to_tensor(mask))
+        if len(mask.shape) != 2:
+            raise error(
+                "mask",
+                "a rank-2 tensor [batch, target_length]",
+                f"shape {tuple(mask.shape)}",
+            )
+        alignments = masking.zero_masked(alignments, mask)
+    per_position = ops.square(1.0 - ops.sum(alignments, axis=1))  # [B, L]
+    if memory_mask is not None:
+        memory_mask = masking.as_bool(ops.convert_to_tensor(memory_mask))
+        if len(memory_mask.shape) != 2:
+            raise error(
+                "memory_mask",
+                "a rank-2 tensor [batch, memory_length]",
+                f"shape {tuple(memory_mask.shape)}",
+            )
+        per_position = ops.where(memory_mask, per_position, 0.0)
+    return ops.sum(per_position, axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class DoublyStochasticLoss(keras.layers.Layer):
+    """Endpoint layer adding the doubly stochastic regulariser of Xu et al. (2015).
+
+    It adds ``weight * mean_b doubly_stochastic_loss(alignments, mask)_b``
+    to the model's losses with ``add_loss`` (per example,
+    ``sum_i (1 - sum_t a_ti)^2`` over the unmasked decoder steps ``t``) and
+    returns the alignments unchanged. The math is float32 under mixed
+    precision. The layer belongs to a model only if its output does: make
+    the returned alignments a model output (with no loss of its own in
+    ``compile``).
+
+    Args:
+        weight: ``lambda >= 0``, the weight of the penalty (Xu et al. tune
+            it; 1 is a common choice).
+        **kwargs: base layer arguments (``name``, ``dtype``).
+
+    Call arguments:
+        alignments: ``[B, T, L]``, the attention weights of every step.
+        mask: optional ``[B, T]``, True on real decoder steps (the target
+            padding). Keras fills it from a mask the alignments carry; those
+            of `AttentionDecoder` carry none, so pass the target mask.
+
+    Returns:
+        ``alignments``, unchanged.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> import attention_layers as al
+    >>> target = keras.Input((4, 5))
+    >>> grid = keras.Input((6, 8))  # a 2x3 feature grid, flattened
+    >>> cell = al.AttentionRNNCell(keras.layers.GRUCell(8),
+    ...     al.BahdanauAttention(units=4), output_units=8, context_gate=True)
+    >>> outputs, alignments = al.AttentionDecoder(cell)(
+    ...     target, grid, return_attention_scores=True)
+    >>> alignments = al.DoublyStochasticLoss(weight=1.0)(alignments)
+    >>> model = keras.Model([target, grid], {"logits": keras.layers.Dense(3)(
+    ...     outputs), "alignments": alignments})
+    >>> model.compile("adam", loss={"logits": keras.losses.
+    ...     SparseCategoricalCrossentropy(from_logits=True)})
+    >>> x = [np.random.rand(8, 4, 5).astype("float32"),
+    ...      np.random.rand(8, 6, 8).astype("float32")]
+    >>> history = model.fit(x, {"logits": np.random.randint(0, 3, size=(8, 4))},
+    ...                     epochs=1, verbose=0)  # cross-entropy + the penalty
+    >>> bool(np.isfinite(history.history["loss"]).all())
+    True
+
+    References:
+        Xu, Ba, Kiros, Cho, Courville, Salakhutdinov, Zemel, Bengio. Show,
+        Attend and Tell: Neural Image Caption Generation with Visual
+        Attention. ICML 2015, section 4.2.1. https://arxiv.org/abs/1502.03044
+    """
+
+    def __init__(self, weight=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.weight = _check_weight(self, weight)
+        self.supports_masking = True
+
+    def call(self, alignments, mask=None):
+        if len(alignments.shape) != 3:
+            raise input_error(
+                self,
+                "alignments",
+                "a rank-3 tensor [batch, target_length, memory_length]",
+                f"shape {tuple(alignments.shape)}",
+            )
+        if mask is not None and len(mask.shape) != 2:
+            raise input_error(
+                self,
+                "mask",
+                "a rank-2 tensor [batch, target_length]",
+                f"shape {tuple(mask.shape)}",
+            )
+        loss = doubly_stochastic_loss(alignments, mask)
+        self.add_loss(self.weight * ops.mean(loss))
+        return alignments
+
+    def compute_output_shape(self, alignments_shape, mask_shape=None):
+        return alignments_shape
+
+    def get_config(self):
+        return {**super().get_config(), "weight": self.weight}
 
 
 def _check_weight(layer, weight):

@@ -1,9 +1,11 @@
 """Position information for attention: sinusoidal, learned and rotary.
 
-Attention is blind to order; these layers give it positions. Each takes the
-position of its first time step (``start_index``) or explicit ``positions``,
-so that a decoder fed one token at a time from a cache gets the same
-encodings as one call over the whole sequence.
+Attention is blind to order; these layers give it positions. Each sequence
+layer takes the position of its first time step (``start_index``) or
+explicit ``positions``, so that a decoder fed one token at a time from a
+cache gets the same encodings as one call over the whole sequence.
+`SinusoidalPositionEncoding2D` gives the cells of a 2-D feature grid (a CNN's
+output) their row and column.
 """
 
 import keras
@@ -85,6 +87,26 @@ def _positions(layer, inputs, start_index, positions):
     return positions
 
 
+def _sinusoid(positions, dim, max_wavelength):
+    """``[..., dim]`` float32: sine and cosine of ``positions`` interleaved."""
+    features = ops.arange(dim, dtype="float32")
+    pair = ops.floor(features / 2.0) * 2.0  # 2i for features 2i and 2i+1
+    inverse_freq = ops.power(float(max_wavelength), -pair / float(dim))
+    angles = ops.expand_dims(positions, -1) * inverse_freq
+    even = ops.equal(ops.mod(ops.arange(dim), 2), 0)
+    return ops.where(even, ops.sin(angles), ops.cos(angles))
+
+
+def _check_wavelength(layer, max_wavelength):
+    try:
+        ok = not isinstance(max_wavelength, bool) and float(max_wavelength) > 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise input_error(layer, "max_wavelength", "a number > 1", repr(max_wavelength))
+    return max_wavelength
+
+
 @keras.saving.register_keras_serializable(package="attention_layers")
 class SinusoidalPositionEncoding(keras.layers.Layer):
     """The fixed sinusoidal position encoding of Vaswani et al. (2017).
@@ -128,11 +150,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        if not float(max_wavelength) > 1:
-            raise input_error(
-                self, "max_wavelength", "a number > 1", repr(max_wavelength)
-            )
-        self.max_wavelength = max_wavelength
+        self.max_wavelength = _check_wavelength(self, max_wavelength)
         self.supports_masking = True
 
     def call(self, inputs, start_index=0, positions=None):
@@ -142,15 +160,88 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
                 self, "inputs", "a known last dimension", f"shape {inputs.shape}"
             )
         positions = _positions(self, inputs, start_index, positions)  # [1|B, T]
-        features = ops.arange(dim, dtype="float32")
-        pair = ops.floor(features / 2.0) * 2.0  # 2i for features 2i and 2i+1
-        inverse_freq = ops.power(float(self.max_wavelength), -pair / float(dim))
-        angles = ops.expand_dims(positions, -1) * inverse_freq  # [1|B, T, d]
-        even = ops.equal(ops.mod(ops.arange(dim), 2), 0)
-        encoding = ops.where(even, ops.sin(angles), ops.cos(angles))
+        encoding = _sinusoid(positions, dim, self.max_wavelength)  # [1|B, T, d]
         shape = ops.shape(inputs)
         encoding = ops.broadcast_to(encoding, (shape[0], shape[1], dim))
         return ops.cast(encoding, self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "max_wavelength": self.max_wavelength}
+
+
+@keras.saving.register_keras_serializable(package="attention_layers")
+class SinusoidalPositionEncoding2D(keras.layers.Layer):
+    """Sinusoidal positions of the cells of a 2-D grid: row and column.
+
+    For a feature grid ``[B, H, W, d]`` (a CNN's output, before it is
+    flattened into ``H * W`` memories for an attention), the first ``d / 2``
+    features encode the row ``r`` and the last ``d / 2`` the column ``c``,
+    each with the 1-D encoding of `SinusoidalPositionEncoding` at dimension
+    ``d / 2``: ``PE(r, c) = [PE_{d/2}(r); PE_{d/2}(c)]``, as in the Image
+    Transformer (Parmar et al. 2018). An attention over the flattened grid
+    then knows where each memory lies, which convolutions with padding
+    only hint at. The layer has no weights and returns the encoding only;
+    add it to the grid yourself (``x + layer(x)``).
+
+    Args:
+        max_wavelength: the base ``w`` of the wavelengths (10000 in the
+            Transformer; a grid of a few dozen rows needs far less).
+        **kwargs: base layer arguments (``name``, ``dtype``).
+
+    Call arguments:
+        inputs: ``[B, H, W, d]`` with ``d`` even; only its shape and dtype
+            are used.
+
+    Returns:
+        The encoding ``[B, H, W, d]`` in the compute dtype (computed in
+        float32).
+
+    Example:
+
+    >>> import numpy as np
+    >>> grid = np.zeros((2, 3, 5, 8), "float32")
+    >>> pe = np.asarray(SinusoidalPositionEncoding2D()(grid))
+    >>> pe.shape
+    (2, 3, 5, 8)
+    >>> rows = np.asarray(SinusoidalPositionEncoding()(np.zeros((1, 3, 4))))
+    >>> bool(np.allclose(pe[0, :, 2, :4], rows[0]))  # the row half, any column
+    True
+
+    References:
+        Parmar, Vaswani, Uszkoreit, Kaiser, Shazeer, Ku, Tran. Image
+        Transformer. ICML 2018, section 3.2. https://arxiv.org/abs/1802.05751
+    """
+
+    def __init__(self, max_wavelength=10000, **kwargs):
+        super().__init__(**kwargs)
+        self.max_wavelength = _check_wavelength(self, max_wavelength)
+
+    def call(self, inputs):
+        shape = static_shape(inputs.shape)
+        if len(shape) != 4 or shape[-1] is None or shape[-1] % 2:
+            raise input_error(
+                self,
+                "inputs",
+                "a rank-4 tensor [batch, height, width, dim] with a known, even dim",
+                f"shape {shape}",
+            )
+        check_float(self, "inputs", inputs)
+        half = shape[-1] // 2
+        batch, height, width = (ops.shape(inputs)[i] for i in range(3))
+        rows = _sinusoid(ops.arange(height, dtype="float32"), half, self.max_wavelength)
+        cols = _sinusoid(ops.arange(width, dtype="float32"), half, self.max_wavelength)
+        grid = ops.concatenate(
+            [
+                ops.broadcast_to(rows[:, None, :], (height, width, half)),
+                ops.broadcast_to(cols[None, :, :], (height, width, half)),
+            ],
+            axis=-1,
+        )
+        encoding = ops.broadcast_to(grid, (batch, height, width, 2 * half))
+        return ops.cast(encoding, self.compute_dtype)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
 
     def get_config(self):
         return {**super().get_config(), "max_wavelength": self.max_wavelength}

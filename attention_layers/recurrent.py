@@ -41,6 +41,16 @@ class AttentionRNNCell(keras.layers.Layer):
     in the new states. Its size is the source length, so ``state_size``
     reports ``None`` for it and ``get_initial_state`` needs the memory.
 
+    **Context gate** (Xu et al. 2015, section 4.2.1): with
+    ``context_gate=True`` the context is scaled by a learned scalar
+    ``beta_i = sigmoid(w_beta . z_i + b_beta)`` before the output,
+    ``o_i = tanh(W_o [z_i; beta_i c_i])``, so the decoder can lean less on
+    the attended input at steps that need it less (in captioning, words
+    such as "a" or "of"). Xu et al. compute the gate from the state their
+    attention reads, ``h_{t-1}``, as their attention runs before the
+    recurrence; this cell's attention reads ``z_i``, and so does its gate.
+    The returned weights ``a_i`` are the attention's, not scaled.
+
     Args:
         cell: a Keras RNN cell (``keras.layers.GRUCell``, ``LSTMCell``...).
         attention: an attention layer of this library (any layer taking
@@ -49,6 +59,7 @@ class AttentionRNNCell(keras.layers.Layer):
             the concatenation ``[z_i; c_i]``.
         input_feeding: feed ``o_{i-1}`` to the cell with the next input
             (Luong et al. 2015), so the cell knows what it attended to.
+        context_gate: scale the context by ``beta_i`` (above).
         **kwargs: base layer arguments. A ``dtype`` policy given here is
             passed on to ``cell`` and ``attention`` unless they were given one
             of their own.
@@ -81,10 +92,19 @@ class AttentionRNNCell(keras.layers.Layer):
         Bahdanau, Cho, Bengio. Neural Machine Translation by Jointly Learning to
         Align and Translate. ICLR 2015. Luong, Pham, Manning. Effective
         Approaches to Attention-based Neural Machine Translation. EMNLP 2015.
+        Xu, Ba, Kiros, Cho, Courville, Salakhutdinov, Zemel, Bengio. Show,
+        Attend and Tell: Neural Image Caption Generation with Visual
+        Attention. ICML 2015. https://arxiv.org/abs/1502.03044
     """
 
     def __init__(
-        self, cell, attention, output_units=None, input_feeding=True, **kwargs
+        self,
+        cell,
+        attention,
+        output_units=None,
+        input_feeding=True,
+        context_gate=False,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         if isinstance(cell, dict):
@@ -109,6 +129,9 @@ class AttentionRNNCell(keras.layers.Layer):
         self.attention = attention
         self.output_units = output_units
         self.input_feeding = input_feeding
+        if not isinstance(context_gate, bool):
+            raise input_error(self, "context_gate", "True or False", repr(context_gate))
+        self.context_gate = context_gate
         self._value_dim = None
         if kwargs.get("dtype") is not None:
             self._share_dtype_policy()
@@ -184,6 +207,11 @@ class AttentionRNNCell(keras.layers.Layer):
                 name="W_o",
             )
             self.output_dense.build((batch, self.units + self._value_dim))
+        if self.context_gate:
+            self.gate_dense = keras.layers.Dense(
+                1, activation="sigmoid", dtype=self.dtype_policy, name="f_beta"
+            )
+            self.gate_dense.build((batch, self.units))
 
     def compute_mask(self, inputs, previous_mask=None):
         return None
@@ -264,13 +292,23 @@ class AttentionRNNCell(keras.layers.Layer):
             training=training,
             **extra,
         )
-        output = ops.concatenate([z, ops.cast(context, z.dtype)], axis=-1)
-        if self.output_units:
-            output = self.output_dense(output)
+        output = self.attentional_output(z, context)
         new_states = new_cell_states + ([output] if self.input_feeding else [])
         if self.use_coverage:
             new_states.append(coverage + ops.cast(weights, "float32"))
         return output, new_states, weights
+
+    def attentional_output(self, z, context):
+        """``o = tanh(W_o [z; beta c])`` (``beta`` 1 without the context
+        gate; no ``W_o`` without ``output_units``), for a step ``[B, ...]``
+        or all steps ``[B, T, ...]`` at once."""
+        context = ops.cast(context, z.dtype)
+        if self.context_gate:
+            context = self.gate_dense(z) * context
+        output = ops.concatenate([z, context], axis=-1)
+        if self.output_units:
+            output = self.output_dense(output)
+        return output
 
     def get_config(self):
         return {
@@ -279,6 +317,7 @@ class AttentionRNNCell(keras.layers.Layer):
             "attention": keras.saving.serialize_keras_object(self.attention),
             "output_units": self.output_units,
             "input_feeding": self.input_feeding,
+            "context_gate": self.context_gate,
         }
 
 
@@ -540,9 +579,7 @@ class AttentionDecoder(keras.layers.Layer):
             return_attention_scores=True,
             training=training,
         )
-        out = ops.concatenate([z, ops.cast(context, z.dtype)], axis=-1)
-        if cell.output_units:
-            out = cell.output_dense(out)
+        out = cell.attentional_output(z, context)
         m = ops.expand_dims(query_mask, -1)
         out = ops.where(m, out, 0.0)
         weights = ops.where(m, ops.cast(weights, self.compute_dtype), 0.0)

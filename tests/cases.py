@@ -55,7 +55,9 @@ CASES = [
 ]
 
 
-def attention_decoder(cell=None, dtype=None, input_feeding=True, **kwargs):
+def attention_decoder(
+    cell=None, dtype=None, input_feeding=True, context_gate=False, **kwargs
+):
     """An AttentionDecoder whose sublayers share its dtype policy."""
     if cell is None:
         cell = al.AttentionRNNCell(
@@ -63,6 +65,7 @@ def attention_decoder(cell=None, dtype=None, input_feeding=True, **kwargs):
             al.BahdanauAttention(units=4, dtype=dtype),
             output_units=7,
             input_feeding=input_feeding,
+            context_gate=context_gate,
             dtype=dtype,
         )
     return al.AttentionDecoder(cell, dtype=dtype, **kwargs)
@@ -81,6 +84,14 @@ CASES += [
         # No input feeding: the attention runs once over all decoder states.
         "attention_decoder_no_feeding",
         partial(attention_decoder, input_feeding=False),
+        query_dim=5,
+        kind="decoder",
+        output_is_context=False,
+    ),
+    Case(
+        # Show, Attend and Tell's gate beta_i on the context.
+        "attention_decoder_gated",
+        partial(attention_decoder, context_gate=True),
         query_dim=5,
         kind="decoder",
         output_is_context=False,

@@ -311,3 +311,51 @@ def test_bad_constructor_arguments_and_ranges():
         "start_index",
         lambda: al.PositionEmbedding(sequence_length=4)(inputs()),
     )
+
+
+# -- the 2-D grid encoding -------------------------------------------------------------
+def test_grid_encoding_is_row_then_column_by_hand():
+    """PE(r, c) = [PE_{d/2}(r); PE_{d/2}(c)] (Parmar et al. 2018)."""
+    grid = inputs((B, 3, 5, 12))
+    layer = al.SinusoidalPositionEncoding2D(max_wavelength=50)
+    got = np_(layer(grid))
+    expected = np.zeros((3, 5, 12))
+    for r in range(3):
+        for c in range(5):
+            expected[r, c, :6] = sinusoid(np.array(r), 6, 50.0)
+            expected[r, c, 6:] = sinusoid(np.array(c), 6, 50.0)
+    np.testing.assert_allclose(got, np.broadcast_to(expected, got.shape), atol=1e-6)
+    # Every cell of a grid gets its own code.
+    flat = got[0].reshape(15, 12)
+    assert len({tuple(np.round(row, 5)) for row in flat}) == 15
+
+
+def test_grid_encoding_in_a_model_saves_and_compiles(tmp_path):
+    x = keras.Input((None, None, 4))
+    y = keras.layers.Conv2D(8, 3, padding="same")(x)
+    y = y + al.SinusoidalPositionEncoding2D()(y)
+    y = keras.layers.GlobalAveragePooling2D()(keras.layers.Dense(8, "tanh")(y))
+    model = keras.Model(x, keras.layers.Dense(1)(y))
+    model.compile("adam", "mse", jit_compile=True)
+    feed = inputs((4, 5, 6, 4))
+    history = model.fit(feed, np.ones((4, 1)), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    path = os.path.join(tmp_path, "grid.keras")
+    model.save(path)
+    np.testing.assert_allclose(
+        keras.saving.load_model(path).predict(feed, verbose=0),
+        model.predict(feed, verbose=0),
+        rtol=1e-6,
+    )
+    policy = al.SinusoidalPositionEncoding2D(dtype="mixed_bfloat16")
+    assert keras.backend.standardize_dtype(policy(feed).dtype) == "bfloat16"
+
+
+def test_grid_encoding_refuses_bad_input():
+    err = contract.assert_clear_error
+    cls = al.SinusoidalPositionEncoding2D
+    err(cls, "inputs", lambda: cls()(inputs((B, T, D))))  # rank 3
+    err(cls, "inputs", lambda: cls()(inputs((B, 2, 3, 5))))  # odd dim
+    err(cls, "inputs", lambda: cls()(inputs((B, 2, 3, 4)).astype("int32")))
+    err(cls, "max_wavelength", lambda: cls(max_wavelength=1))
+    err(cls, "max_wavelength", lambda: cls(max_wavelength="long"))
