@@ -36,7 +36,7 @@ def python_blocks(page):
 PAGES = sorted(DOCS.rglob("*.md"))
 PAGES_WITH_CODE = [p for p in PAGES if python_blocks(p)]
 # Pages whose examples are real training runs: `make test-slow` runs them.
-# (examples/dates.md trains the dates model for 6 epochs; `make test` runs the
+# (examples/dates.md trains the dates model for 4 epochs; `make test` runs the
 # same script, examples/dates_demo.py, through tests/test_demo.py.)
 SLOW_PAGES = {"examples/dates.md"}
 

@@ -320,6 +320,44 @@ def bleu_by_length(
     return rows
 
 
+class SequenceNLL(keras.losses.Loss):
+    """Per sequence, the mean negative log-likelihood of its tokens (See et al.:
+    ``loss = 1/T sum_t -log P(w*_t)``); the batch loss is the mean over sequences.
+
+    ``y_pred`` are logits, or log-probabilities (a pointer-generator's: their
+    log-softmax is themselves). ``pad_id`` targets are not counted. A mean over
+    sequences, not over the batch's tokens, is what makes a replica's share
+    of a batch add up to the whole under a distribution strategy (each
+    replica holds as many sequences, not as many tokens) when the sequences'
+    lengths differ.
+
+    Example:
+
+    >>> import numpy as np
+    >>> log_p = np.log(np.array([[[0.5, 0.5], [0.25, 0.75], [0.5, 0.5]]]))
+    >>> y = np.array([[1, 1, 0]])  # two tokens, then padding (pad_id 0)
+    >>> round(float(SequenceNLL()(y, log_p)), 4)  # (log 2 + log 4/3) / 2
+    0.4904
+    """
+
+    def __init__(self, pad_id: int = 0, name="sequence_nll", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = pad_id
+
+    def call(self, y_true, y_pred):
+        ops = keras.ops
+        y_true = ops.cast(y_true, "int32")
+        tokens = keras.losses.sparse_categorical_crossentropy(
+            ops.maximum(y_true, 0), y_pred, from_logits=True
+        )
+        mask = ops.cast(ops.not_equal(y_true, self.pad_id), tokens.dtype)
+        count = ops.maximum(ops.sum(mask, axis=-1), 1.0)
+        return ops.sum(tokens * mask, axis=-1) / count
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
 class TokenAccuracy(keras.metrics.Metric):
     """Share of non-padding target tokens predicted right (teacher forcing)."""
 
@@ -343,3 +381,27 @@ class TokenAccuracy(keras.metrics.Metric):
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id}
+
+
+def teacher_forcing_arguments() -> dict:
+    """``compile`` arguments of a model that predicts the next token: the
+    cross-entropy of its logits over the non-padding targets and
+    `TokenAccuracy`."""
+    from pipelines.core.text import PAD
+
+    return {
+        "loss": keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=PAD
+        ),
+        "metrics": [TokenAccuracy(pad_id=PAD)],
+    }
+
+
+def sequence_arguments() -> dict:
+    """``compile`` arguments like `teacher_forcing_arguments`, with the loss
+    `SequenceNLL` (each sequence's token mean, then the mean over sequences):
+    the same under a distribution strategy as on one device when the target
+    lengths vary."""
+    from pipelines.core.text import PAD
+
+    return {"loss": SequenceNLL(pad_id=PAD), "metrics": [TokenAccuracy(pad_id=PAD)]}

@@ -422,12 +422,16 @@ def _train(task: Task, config, run: RunDir) -> dict:
                 f"{restored.get('iterations')}) from {run.backup}"
             )
         state = RunState(run, backups, restored, train_config)
+        # fit sets the model too; a rerun with no epoch left (killed after its
+        # last backup, or `train.epochs` raised to where it stood) fits none.
+        state.set_model(model.trainer)
         if restored:
             state.forget_best_if_stale(restored)
         callbacks = [state, keras.callbacks.TerminateOnNaN()]
         if chief:
             callbacks.append(keras.callbacks.TensorBoard(str(run.logs)))
         bounds = phase_bounds(task.phases(config), train_config.epochs)
+        fitted = False
         for phase, (start, end) in enumerate(bounds):
             if end <= initial_epoch or state.diverged_at is not None:
                 continue  # done before a restart, or diverged
@@ -450,6 +454,7 @@ def _train(task: Task, config, run: RunDir) -> dict:
                 verbose=1 if sys.stdout.isatty() else 2,
             )
             model.trainer.stop_training = False
+            fitted = True
         if state.diverged_at is not None:
             raise PipelineError(
                 f"training diverged in epoch {state.diverged_at + 1} (loss is not "
@@ -466,7 +471,11 @@ def _train(task: Task, config, run: RunDir) -> dict:
             "next_epoch": state.history[-1]["epoch"] + 1 if epochs else initial_epoch,
             "best_epoch": state.best_epoch,
             "stopped_early": state.stopped_early,
-            "optimizer_iterations": state.state(epochs)["iterations"],
+            "optimizer_iterations": (
+                state.state(epochs)["iterations"]
+                if fitted
+                else restored.get("iterations", 0)
+            ),
             "seconds": round(time.time() - t0, 1),
         }
         if chief:

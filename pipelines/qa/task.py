@@ -125,15 +125,9 @@ class QATask(Task):
         import keras
 
         if config.model.architecture == "encoder_decoder":
-            from pipelines.core.metrics import TokenAccuracy
-            from pipelines.core.text import PAD
+            from pipelines.core.metrics import teacher_forcing_arguments
 
-            return {
-                "loss": keras.losses.SparseCategoricalCrossentropy(
-                    from_logits=True, ignore_class=PAD
-                ),
-                "metrics": [TokenAccuracy(pad_id=PAD)],
-            }
+            return teacher_forcing_arguments()
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         if config.model.supervision_weight > 0:
             # The attention output carries the supervision loss only; Keras

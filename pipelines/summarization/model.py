@@ -99,38 +99,6 @@ class Unmasked(keras.layers.Layer):
         return None
 
 
-class SequenceNLL(keras.losses.Loss):
-    """Per summary, the mean negative log-likelihood of its tokens (See et al.:
-    ``loss = 1/T sum_t -log P(w*_t)``); the batch loss is the mean over summaries.
-
-    ``y_pred`` are logits (the baseline) or log-probabilities (the pointer:
-    their log-softmax is themselves). ``PAD`` targets are not counted. A mean
-    over summaries, not over the batch's tokens, is what makes a replica's
-    share of a batch add up to the whole under a distribution strategy (each
-    replica holds as many summaries, not as many tokens).
-
-    Example:
-
-    >>> import numpy as np
-    >>> log_p = np.log(np.array([[[0.5, 0.5], [0.25, 0.75], [0.5, 0.5]]]))
-    >>> y = np.array([[1, 1, 0]])  # two tokens, then padding (PAD = 0)
-    >>> round(float(SequenceNLL()(y, log_p)), 4)  # (log 2 + log 4/3) / 2
-    0.4904
-    """
-
-    def __init__(self, name="sequence_nll", **kwargs):
-        super().__init__(name=name, **kwargs)
-
-    def call(self, y_true, y_pred):
-        y_true = ops.cast(y_true, "int32")
-        tokens = keras.losses.sparse_categorical_crossentropy(
-            ops.maximum(y_true, 0), y_pred, from_logits=True
-        )
-        mask = ops.cast(ops.not_equal(y_true, PAD), tokens.dtype)
-        count = ops.maximum(ops.sum(mask, axis=-1), 1.0)
-        return ops.sum(tokens * mask, axis=-1) / count
-
-
 def split_p_gen(alignments):
     """``(attention [..., S], p_gen [...])`` of the step outputs of `step_fn`."""
     return alignments[..., :-1], alignments[..., -1]

@@ -119,11 +119,9 @@ class SummarizationTask(Task):
         )
 
     def compile_arguments(self, config) -> dict:
-        from pipelines.core.metrics import TokenAccuracy
-        from pipelines.core.text import PAD
-        from pipelines.summarization.model import SequenceNLL
+        from pipelines.core.metrics import sequence_arguments
 
-        return {"loss": SequenceNLL(), "metrics": [TokenAccuracy(pad_id=PAD)]}
+        return sequence_arguments()
 
     def phases(self, config) -> tuple[int, ...]:
         """The coverage variant's last ``coverage.epochs`` epochs are a phase."""

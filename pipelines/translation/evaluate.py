@@ -18,6 +18,7 @@ import tensorflow as tf
 from pipelines.core.metrics import bleu_by_length, corpus_scores
 from pipelines.core.plots import alignment_heatmap
 from pipelines.core.run_dir import write_text
+from pipelines.core.search import check_beam_widths
 
 TRANSLATIONS = "translations.tsv"
 
@@ -64,14 +65,7 @@ def evaluate(
     run_dir = Path(run_dir)
     sources = [s for s, _ in pairs]
     references = [t.lower() for _, t in pairs]  # the models write lowercase
-    if beam_widths is None:
-        beam_widths = tuple(sorted({1, config.decode.default_beam_width}))
-    for width in beam_widths:
-        if not 1 <= width <= config.decode.beam_width:
-            raise ValueError(
-                f"evaluate: --beam-width must be in [1, decode.beam_width="
-                f"{config.decode.beam_width}], received {width}."
-            )
+    beam_widths = check_beam_widths(beam_widths, config.decode)
     results: dict = {"split": split, "run": config.name, "decoding": {}}
     columns: dict[str, list[str]] = {}
     for width in beam_widths:

@@ -18,19 +18,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from attention_layers.decoding import (
-    beam_search,
-    gnmt_length_penalty,
-    greedy_search,
-    tile_beams,
-)
-from pipelines.core.serving import (
-    ServingModule,
-    checked_ids,
-    checked_scalar,
-    checked_strings,
-)
-from pipelines.core.text import END, PAD, START
+from pipelines.core.search import best_hypothesis, checked_search_options
+from pipelines.core.serving import ServingModule, checked_ids, checked_strings
+from pipelines.core.text import PAD
 
 SAMPLES = {
     "dates": ["montag, 9. märz 1987", "9 de marzo de 1987", "march 9, 1987"],
@@ -70,13 +60,7 @@ class Translator(ServingModule):
         return tf.pad(ids, [[0, 0], [0, 1]])[:, : tf.maximum(tf.shape(ids)[1], 1)]
 
     def checked_options(self, beam_width, length_penalty):
-        beam_width = checked_scalar(
-            "beam_width", beam_width, tf.int32, 1, self.max_beams
-        )
-        length_penalty = checked_scalar(
-            "length_penalty", length_penalty, tf.float32, 0.0
-        )
-        return beam_width, length_penalty
+        return checked_search_options(beam_width, length_penalty, self.max_beams)
 
     def decode_ids(self, source_ids, beam_width, length_penalty) -> dict:
         """Token ids, scores, lengths and alignments of the best hypothesis.
@@ -86,56 +70,11 @@ class Translator(ServingModule):
         without a source token get no tokens, score 0 and length 0.
         """
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        beam_width = tf.clip_by_value(tf.cast(beam_width, tf.int32), 1, self.max_beams)
-        alpha = tf.cast(length_penalty, tf.float32)
-        encoded = self.model.encode(source_ids)
-        batch = tf.shape(source_ids)[0]
-        source_length = tf.shape(source_ids)[1]
-        start = tf.fill([batch], START)
-
-        def with_alignments(out):
-            if "alignments" not in out:
-                shape = tf.concat([tf.shape(out["tokens"]), [source_length]], 0)
-                out["alignments"] = tf.zeros(shape, tf.float32)
-            return out
-
-        def greedy():
-            out = greedy_search(
-                self.model.step_fn(encoded),
-                self.model.initial_state(encoded),
-                start,
-                end_id=END,
-                max_length=self.max_length,
-            )
-            out = with_alignments(dict(out))
-            lp = gnmt_length_penalty(out["lengths"], alpha)
-            return {
-                "tokens": out["tokens"],
-                "scores": out["scores"] / lp,
-                "lengths": out["lengths"],
-                "alignments": out["alignments"],
-            }
-
-        def beam():
-            tiled = tile_beams(encoded, self.max_beams)
-            out = beam_search(
-                self.model.step_fn(tiled),
-                self.model.initial_state(tiled),
-                start,
-                end_id=END,
-                max_length=self.max_length,
-                beam_width=self.max_beams,
-                length_penalty=alpha,
-                num_beams=beam_width,
-            )
-            out = with_alignments(dict(out))
-            return {
-                k: out[k][:, 0] for k in ("tokens", "scores", "lengths", "alignments")
-            }
-
-        out = (
-            greedy() if self.max_beams == 1 else tf.cond(beam_width <= 1, greedy, beam)
-        )
+        out = best_hypothesis(
+            self.model, self.model.encode(source_ids), tf.shape(source_ids)[0],
+            self.max_length, self.max_beams, beam_width, length_penalty,
+            source_length=tf.shape(source_ids)[1],
+        )  # fmt: skip
         # A source with no tokens has nothing to translate: a defined result.
         has_source = tf.reduce_any(tf.not_equal(source_ids, PAD), axis=1)
         out["tokens"] = tf.where(has_source[:, None], out["tokens"], PAD)

@@ -119,17 +119,9 @@ class TranslationTask(Task):
         )
 
     def compile_arguments(self, config) -> dict:
-        import keras
+        from pipelines.core.metrics import teacher_forcing_arguments
 
-        from pipelines.core.metrics import TokenAccuracy
-        from pipelines.core.text import PAD
-
-        return {
-            "loss": keras.losses.SparseCategoricalCrossentropy(
-                from_logits=True, ignore_class=PAD
-            ),
-            "metrics": [TokenAccuracy(pad_id=PAD)],
-        }
+        return teacher_forcing_arguments()
 
     # -- evaluation ---------------------------------------------------------
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -9,8 +9,9 @@ from keras import ops
 
 import attention_layers as al
 from attention_layers.decoding import beam_search, tile_beams
+from pipelines.core.metrics import SequenceNLL
 from pipelines.core.text import END, START, UNK
-from pipelines.summarization.model import PointerSeq2Seq, SequenceNLL, split_p_gen
+from pipelines.summarization.model import PointerSeq2Seq, split_p_gen
 from pipelines.summarization.transformer import TransformerPointer
 
 # The pipelines are TensorFlow programs: their tests run in the TF half.

@@ -168,11 +168,15 @@ ARCHITECTURES = {
 }
 
 
-# The score layers are covered by the layer contract and the default run
-# exercises the pipeline with Bahdanau (the pipeline contract's run); each
-# architecture's export (about a minute for the Transformer's) is slow.
+# The score layers are covered by the layer contract (Luong's general and
+# concat scores export there; in the pipeline they change the cell's score
+# only) and the default run exercises the pipeline with Bahdanau (the
+# pipeline contract's run); each architecture's export (about a minute for
+# the Transformer's) is slow.
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
+@pytest.mark.parametrize(
+    "name", [n for n in ARCHITECTURES if not n.startswith("rnn_luong")]
+)
 def test_every_architecture_trains_exports_and_translates(name, tmp_path):
     """Two training steps, then the export must translate like the Python model."""
     import tensorflow as tf
@@ -216,10 +220,19 @@ def test_every_architecture_trains_exports_and_translates(name, tmp_path):
             np.testing.assert_allclose(alignment[:, 0].sum(-1), 1.0, atol=tolerance)
 
 
+# Under XLA the architectures differ by their decoder loops: the default
+# (Bahdanau with input feeding) compiles in the pipeline contract, the layer
+# contract compiles every score layer, and these are the other loops: local-p's
+# window, the decoder without input feeding (the attention after the loop) and
+# the Transformer's. Each compile of a loop's gradient takes 40-50 s.
+XLA_ARCHITECTURES = ("rnn_local_p", "rnn_no_input_feeding", "transformer")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(ARCHITECTURES) - {"rnn_mixed_bfloat16"}))
-def test_every_architecture_trains_with_xla(name):
-    """Every model's train step compiles with XLA at static bucketed shapes."""
+@pytest.mark.parametrize("name", XLA_ARCHITECTURES)
+def test_every_decoder_loop_trains_with_xla(name):
+    """Each decoder loop's train step compiles with XLA at a static bucket shape
+    (one batch: one compile; the contract counts the shapes per bucket)."""
     import tensorflow as tf
 
     from pipelines.core import config as config_lib
@@ -233,7 +246,7 @@ def test_every_architecture_trains_with_xla(name):
     tokenizers = TASK.preprocessors(None, data, config, create=False)
     dataset = TASK.make_dataset(data.train, tokenizers, config, True)
     model = build_compiled(TASK, config, tokenizers, tf.distribute.get_strategy())
-    model.trainer.fit(dataset.take(2), verbose=0, shuffle=False)
+    model.trainer.fit(dataset.take(1), verbose=0, shuffle=False)
     assert model.trainer.jit_compile is True
 
 

@@ -1,0 +1,96 @@
+"""In-graph search for a serving module: greedy or beam search, chosen per request.
+
+A task whose model decodes step by step (``encode``, ``initial_state`` and
+``step_fn`` as `attention_layers.decoding` wants them) serves its best
+hypothesis with `best_hypothesis`: ``beam_width`` 1 runs greedy search, 2 up
+to ``max_beams`` beam search with that many live beams, in one graph (a
+``tf.cond``). Scores are ``log P(Y|X) / lp(Y)`` with GNMT's length penalty.
+
+Example:
+
+>>> import tensorflow as tf
+>>> width, alpha = checked_search_options(tf.constant(2), tf.constant(0.6), 4)
+>>> int(width), round(float(alpha), 2)
+(2, 0.6)
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from attention_layers.decoding import (
+    beam_search,
+    gnmt_length_penalty,
+    greedy_search,
+    tile_beams,
+)
+from pipelines.core.serving import checked_scalar
+from pipelines.core.text import END, START
+
+
+def checked_search_options(beam_width, length_penalty, max_beams: int):
+    """The two serving options, checked: ``beam_width`` in ``[1, max_beams]``
+    and a finite ``length_penalty >= 0`` (else ``InvalidArgument`` naming them)."""
+    beam_width = checked_scalar("beam_width", beam_width, tf.int32, 1, max_beams)
+    length_penalty = checked_scalar("length_penalty", length_penalty, tf.float32, 0.0)
+    return beam_width, length_penalty
+
+
+def best_hypothesis(
+    model, encoded, batch_size, max_length: int, max_beams: int, beam_width,
+    length_penalty, source_length=None,
+) -> dict:  # fmt: skip
+    """``tokens``, ``scores``, ``lengths`` and ``alignments`` of the best
+    hypothesis of each row (`attention_layers.decoding`'s fields).
+
+    A model whose steps return no alignment gets zeros ``[B, T,
+    source_length]``.
+    """
+    beam_width = tf.clip_by_value(tf.cast(beam_width, tf.int32), 1, max_beams)
+    alpha = tf.cast(length_penalty, tf.float32)
+    start = tf.fill([batch_size], START)
+
+    def with_alignments(out):
+        out = dict(out)
+        if "alignments" not in out:
+            shape = tf.concat([tf.shape(out["tokens"]), [source_length]], 0)
+            out["alignments"] = tf.zeros(shape, tf.float32)
+        return out
+
+    def greedy():
+        out = with_alignments(greedy_search(
+            model.step_fn(encoded), model.initial_state(encoded), start,
+            end_id=END, max_length=max_length,
+        ))  # fmt: skip
+        lp = gnmt_length_penalty(out["lengths"], alpha)
+        return {
+            "tokens": out["tokens"],
+            "scores": out["scores"] / lp,
+            "lengths": out["lengths"],
+            "alignments": out["alignments"],
+        }
+
+    def beam():
+        tiled = tile_beams(encoded, max_beams)
+        out = with_alignments(beam_search(
+            model.step_fn(tiled), model.initial_state(tiled), start, end_id=END,
+            max_length=max_length, beam_width=max_beams, length_penalty=alpha,
+            num_beams=beam_width,
+        ))  # fmt: skip
+        return {k: out[k][:, 0] for k in ("tokens", "scores", "lengths", "alignments")}
+
+    return greedy() if max_beams == 1 else tf.cond(beam_width <= 1, greedy, beam)
+
+
+def check_beam_widths(widths, decode) -> tuple[int, ...]:
+    """``evaluate``'s beam widths: ``widths``, or greedy and
+    ``decode.default_beam_width``; each must lie in ``[1, decode.beam_width]``."""
+    if widths is None:
+        widths = tuple(sorted({1, decode.default_beam_width}))
+    for width in widths:
+        if not 1 <= width <= decode.beam_width:
+            raise ValueError(
+                f"evaluate: --beam-width must be in [1, decode.beam_width="
+                f"{decode.beam_width}], received {width}."
+            )
+    return tuple(widths)
