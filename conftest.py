@@ -40,10 +40,11 @@ if keras.backend.backend() == "tensorflow":
 # summarization's contract (a two-phase demo run, beam search over the
 # extended vocabulary in every clause) would take `make test` past its
 # 12 minutes on two cores, and so would question answering's (memory
-# network and extractive). Their own tests (test_summarization_task.py,
-# test_qa_task.py, test_extractive_task.py) run in `make test`;
+# network and extractive), and so would captioning's (a CNN traced in every
+# process). Their own tests (test_summarization_task.py, test_qa_task.py,
+# test_extractive_task.py, test_captioning_task.py) run in `make test`;
 # translation proves the contract there.
-SLOW_TASKS = {"extractive", "locale", "qa", "summarization"}
+SLOW_TASKS = {"captioning", "extractive", "locale", "qa", "summarization"}
 
 # On JAX, `make test` runs the shared layer contract and the layers' own
 # tests; these run in `make test-slow` (marker `jax_slow`), as they did in

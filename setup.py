@@ -47,6 +47,10 @@ setup(
             # Country facts for span QA (pipelines/data/countries.py); pinned:
             # the generated passages, tests and doctests follow its data.
             "countryinfo==1.0.1",
+            # Digit strips for captioning (pipelines/data/digit_strips.py):
+            # scikit-learn's bundled load_digits scans, pasted with Pillow.
+            "scikit-learn",
+            "pillow",
         ],
         "bench": ["keras-hub"],  # the peer samplers of benchmarks/bench_decoding.py
         "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],

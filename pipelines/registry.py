@@ -41,6 +41,10 @@ BUILTIN = {
         "pipelines.qa.task:TASK",
         "question answering: multi-hop memory network, story and question in",
     ),
+    "captioning": (
+        "pipelines.captioning.task:TASK",
+        "image captioning: CNN encoder, attention decoder, image bytes in",
+    ),
 }
 _REGISTERED: dict[str, tuple[str | Task, str]] = {}
 ENTRY_POINTS = "attention_pipelines.tasks"

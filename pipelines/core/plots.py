@@ -1,5 +1,5 @@
-"""Plots people would rather look at than read: alignments (with ``p_gen``) and
-BLEU by length."""
+"""Plots people would rather look at than read: alignments (with ``p_gen``),
+attention over an image, and BLEU by length."""
 
 from __future__ import annotations
 
@@ -87,6 +87,66 @@ def alignment_heatmap(
         bars.set_xlim(0.0, 1.0)
         bars.set_xlabel("p_gen")
         bars.tick_params(axis="y", left=False)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return _save(plt, fig, path)
+
+
+def image_attention(
+    image,
+    words,
+    attention,
+    path: str | Path,
+    title: str = "",
+    boxes=None,
+) -> Path:
+    """One panel per written word: its attention map over the image.
+
+    ``image`` is ``[H, W]`` or ``[H, W, C]`` in ``[0, 1]``; ``attention`` is
+    ``[T, h, w]`` over a grid that tiles the image (each cell ``H / h`` by
+    ``W / w`` pixels), drawn as a translucent overlay with the peak cell
+    outlined. Rows after ``[END]`` (and empty words) are left out. With
+    ``boxes`` (``(top, left, bottom, right)`` per word), each word's true
+    object is drawn as a dashed box.
+    """
+    plt = _pyplot()
+    from matplotlib.patches import Rectangle
+
+    image = np.asarray(image, dtype=float)
+    if image.ndim == 3 and image.shape[-1] == 1:
+        image = image[..., 0]
+    words = [w for w in _clean(words) if w]
+    if "[END]" in words:
+        words = words[: words.index("[END]") + 1]
+    attention = np.asarray(attention, dtype=float)[: len(words)]
+    height, width = image.shape[:2]
+    rows, cols = attention.shape[1:] if attention.ndim == 3 else (1, 1)
+    cell_h, cell_w = height / rows, width / cols
+    panels = max(len(words), 1)
+    aspect = height / width
+    fig, axes = plt.subplots(
+        panels, 1, figsize=(4.2, min(18, 0.6 + panels * (4.2 * aspect + 0.35))),
+        dpi=110, squeeze=False,
+    )  # fmt: skip
+    for k, ax in enumerate(axes[:, 0]):
+        ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if k >= len(words):
+            continue
+        weights = attention[k]
+        ax.imshow(weights, cmap="magma", alpha=0.55, extent=(0, width, height, 0),
+                  interpolation="nearest", vmin=0.0)  # fmt: skip
+        r, c = np.unravel_index(int(np.argmax(weights)), weights.shape)
+        peak = Rectangle((c * cell_w, r * cell_h), cell_w, cell_h, fill=False,
+                         edgecolor="cyan", linewidth=1.2)  # fmt: skip
+        ax.add_patch(peak)
+        if boxes is not None and k < len(boxes):
+            top, left, bottom, right = boxes[k]
+            truth = Rectangle((left, top), right - left, bottom - top,
+                              fill=False, edgecolor="lime", linestyle="--")  # fmt: skip
+            ax.add_patch(truth)
+        ax.set_ylabel(words[k], rotation=0, ha="right", va="center", fontsize=9)
     if title:
         fig.suptitle(title, fontsize=9)
     return _save(plt, fig, path)

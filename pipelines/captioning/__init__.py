@@ -1,0 +1,1 @@
+"""Image captioning: a CNN encoder and an attention decoder (Show, Attend and Tell)."""

@@ -1,0 +1,155 @@
+"""The image-captioning task's configuration and presets.
+
+A run is one `CaptioningConfig`: the data (digit strips generated from
+scikit-learn's scans, or the user's folder of images), the image size the
+model reads, the caption vocabulary, the CNN encoder and the attention
+decoder (Show, Attend and Tell: soft attention, the context gate, the doubly
+stochastic penalty), beside the shared ``train``, ``decode`` and ``export``
+sections.
+
+Example:
+
+>>> from pipelines.core.config import apply_overrides
+>>> from pipelines.captioning.config import preset
+>>> config = apply_overrides(preset("digits"), ["model.units=64"])
+>>> config.model.units, config.data.source, config.image.height
+(64, 'digits:20000', 24)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pipelines.core import config as core_config
+from pipelines.core.config import DecodeConfig, RunConfig, TrainConfig
+
+POSITIVE = {"range": (1, None)}
+FRACTION = {"range": (0.0, 1.0)}
+
+
+@dataclass
+class DataConfig:
+    """``digits:N`` (N training strips, `pipelines.data.digit_strips`) or
+    ``folder:PATH`` (the user's images and a ``captions.jsonl`` or
+    ``captions.csv`` beside them; `pipelines.captioning.data.read_folder`).
+
+    Digit strips: ``valid_size`` and ``test_size`` strips are made from the
+    held-out scans. A folder: ``valid_fraction`` and ``test_fraction`` of its
+    images are held out, all captions of an image in one split.
+    """
+
+    source: str = "digits:20000"
+    valid_size: int = field(default=1000, metadata={"range": (0, None)})
+    test_size: int = field(default=1000, metadata=POSITIVE)
+    valid_fraction: float = field(default=0.1, metadata=FRACTION)
+    test_fraction: float = field(default=0.1, metadata=FRACTION)
+    max_digits: int = field(default=5, metadata={"range": (1, 5)})
+    seed: int = 0
+
+    def validate(self, where: str = "data.") -> None:
+        core_config.check_fractions(self.valid_fraction, self.test_fraction, where)
+
+
+@dataclass
+class ImageConfig:
+    """The size every image is decoded and resized to (in the graph, both
+    in training and in the export), and its channels (1 gray, 3 RGB)."""
+
+    height: int = field(default=24, metadata={"range": (8, 1024)})
+    width: int = field(default=72, metadata={"range": (8, 1024)})
+    channels: Literal[1, 3] = 1
+
+
+@dataclass
+class TokenizerConfig:
+    """The caption words (`pipelines.core.text.WordTokenizer`); captions
+    longer than ``max_words`` are cut, and decoding writes at most that
+    many words."""
+
+    vocab_size: int = field(default=5000, metadata={"range": (8, None)})
+    max_words: int = field(default=16, metadata=POSITIVE)
+
+
+@dataclass
+class ModelConfig:
+    """A CNN encoder and an attention RNN decoder (Xu et al. 2015).
+
+    The CNN has ``pools`` stages of two 3x3 convolutions (``filters``,
+    doubled at each stage) and a 2x2 max-pool, then one more pair of
+    convolutions: an image of ``H x W`` becomes a grid of
+    ``H / 2^pools x W / 2^pools`` cells, projected to ``units`` features
+    with 2-D sinusoidal positions added. The decoder's GRU starts from the
+    grid's mean (through a ``tanh`` layer), as in the paper.
+    """
+
+    filters: int = field(default=16, metadata=POSITIVE)
+    pools: int = field(default=2, metadata={"range": (0, 5)})
+    units: int = field(default=128, metadata=POSITIVE)
+    attention_units: int = field(default=64, metadata=POSITIVE)
+    embedding_dim: int = field(default=32, metadata=POSITIVE)
+    context_gate: bool = True  # beta_i on the context
+    input_feeding: bool = False
+    # lambda of the doubly stochastic penalty (0: off), added in training only.
+    # It sums over the grid's cells: with far more cells than words (108 and
+    # 6 on a digit strip) it pulls each word's attention flat; keep it small.
+    doubly_stochastic: float = field(default=0.0, metadata={"range": (0.0, None)})
+    dropout: float = field(default=0.0, metadata={"range": (0.0, 0.95)})
+
+
+@dataclass
+class CaptioningConfig(RunConfig):
+    name: str = "digits"
+    data: DataConfig = field(default_factory=DataConfig)
+    image: ImageConfig = field(default_factory=ImageConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def validate(self) -> CaptioningConfig:
+        super().validate()
+        cells = 2**self.model.pools
+        if self.image.height % cells or self.image.width % cells:
+            raise core_config.ConfigError(
+                f"config: `image.height` and `image.width` must be multiples of "
+                f"2^model.pools = {cells}; received {self.image.height} x "
+                f"{self.image.width}"
+            )
+        return self
+
+
+def _digits() -> CaptioningConfig:
+    return CaptioningConfig(
+        name="digits",
+        train=TrainConfig(
+            epochs=20,
+            batch_size=64,
+            learning_rate=2e-3,
+            early_stopping_patience=4,
+            lr_reduce_factor=0.5,
+            lr_reduce_patience=2,
+        ),
+        decode=DecodeConfig(beam_width=4, default_beam_width=1, length_penalty=0.0),
+    )
+
+
+def _tiny() -> CaptioningConfig:
+    return CaptioningConfig(
+        name="tiny",
+        data=DataConfig(source="digits:300", valid_size=40, test_size=40, max_digits=3),
+        image=ImageConfig(height=16, width=48),
+        tokenizer=TokenizerConfig(max_words=5),
+        model=ModelConfig(
+            filters=4, pools=1, units=8, attention_units=8, embedding_dim=8
+        ),  # fmt: skip
+        train=TrainConfig(epochs=1, batch_size=32, early_stopping_patience=1),
+        decode=DecodeConfig(beam_width=3, default_beam_width=2, eval_batch_size=64),
+    )
+
+
+PRESETS = {"digits": _digits, "tiny": _tiny}
+
+
+def preset(name: str) -> CaptioningConfig:
+    """A fresh copy of the named preset (one of `PRESETS`)."""
+    return core_config.preset(PRESETS, name)

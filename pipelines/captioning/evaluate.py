@@ -1,0 +1,171 @@
+"""Score a trained captioner on a held-out split: BLEU-4, exact match, localisation.
+
+* **BLEU-4**: sacrebleu's corpus BLEU, lowercased, 13a tokenization, against
+  every reference caption of an image (its signature is stored).
+* **Exact match**: the share of images whose caption equals one of its
+  references (lowercase, whitespace collapsed).
+* **Attention localisation** (images with boxes: digit strips): over the
+  written words that are right at their position (word ``k`` equals the
+  reference's word ``k``), the share whose attention peaks in a grid cell
+  whose centre lies inside that word's box.
+
+Writes ``captions.tsv`` (image, references, one column per decoding, the
+words whose peak missed their box) and ``plots/attention_*.png`` (each
+word's attention over the image) in the run folder; returns the body of
+``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pipelines.core.plots import image_attention
+from pipelines.core.run_dir import write_text
+from pipelines.core.search import check_beam_widths
+
+CAPTIONS = "captions.tsv"
+
+
+def normalize(caption: str) -> str:
+    return " ".join(caption.lower().split())
+
+
+def caption_bleu(hypotheses: list[str], references: list[tuple[str, ...]]) -> dict:
+    """sacrebleu corpus BLEU-4 over every reference of each image.
+
+    sacrebleu wants as many reference streams for every image: an image with
+    fewer captions repeats its first, which changes no n-gram count's clip
+    (a maximum over the references) nor the closest reference length.
+    """
+    from sacrebleu.metrics import BLEU
+
+    most = max(len(r) for r in references)
+    padded = [list(r) + [r[0]] * (most - len(r)) for r in references]
+    metric = BLEU(lowercase=True)
+    streams = [list(s) for s in zip(*padded, strict=True)]
+    result = metric.corpus_score(hypotheses, streams)
+    return {
+        "bleu": round(result.score, 2),
+        "bleu_signature": str(metric.get_signature()),
+    }
+
+
+def peak_hits(attention, words, references, boxes, image_size) -> list[bool | None]:
+    """Per written word: whether its attention peak lies in its box (None
+    where the word is wrong at its position or the image has no boxes)."""
+    if boxes is None:
+        return [None] * len(words)
+    height, width = image_size
+    rows, cols = attention.shape[1:]
+    hits: list[bool | None] = []
+    for k, word in enumerate(words):
+        if k >= len(references) or word != references[k]:
+            hits.append(None)
+            continue
+        r, c = np.unravel_index(int(np.argmax(attention[k])), (rows, cols))
+        y, x = (r + 0.5) * height / rows, (c + 0.5) * width / cols
+        top, left, bottom, right = boxes[k]
+        hits.append(bool(top <= y < bottom and left <= x < right))
+    return hits
+
+
+def caption_images(server, pixels, beam_width: int, batch_size: int) -> dict:
+    """Caption decoded images in batches with one traced graph (numpy out)."""
+    fn = server.traced_caption()
+    alpha = tf.constant(server.default_length_penalty, tf.float32)
+    verbose = 1 if sys.stdout.isatty() else 2
+    bar = keras.utils.Progbar(len(pixels), verbose=verbose, unit_name="image")
+    parts: dict[str, list] = {}
+    for start in range(0, len(pixels), batch_size):
+        batch = pixels[start : start + batch_size]
+        out = fn(tf.constant(batch), tf.constant(beam_width, tf.int32), alpha)
+        for key in ("caption", "score", "length", "attention", "words"):
+            parts.setdefault(key, []).append(out[key].numpy())
+        bar.add(len(batch))
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3):
+    """Caption ``examples`` greedily and with beams; write the TSV and plots."""
+    from pipelines.captioning.images import decode_images
+
+    run_dir = Path(run_dir)
+    beam_widths = check_beam_widths(beam_widths, config.decode)
+    pixels = np.concatenate([
+        decode_images(tf.constant([e.image for e in examples[i : i + 512]]),
+                      config.image).numpy()
+        for i in range(0, len(examples), 512)
+    ]) if examples else np.zeros((0, config.image.height, config.image.width,
+                                  config.image.channels), "float32")  # fmt: skip
+    references = [tuple(normalize(c) for c in e.captions) for e in examples]
+    size = (config.image.height, config.image.width)
+    results: dict = {"split": split, "run": config.name, "images": len(examples),
+                     "decoding": {}}  # fmt: skip
+    columns: dict[str, list[str]] = {}
+    misses: dict[str, list[str]] = {}
+    first = None
+    for width in beam_widths:
+        name = "greedy" if width == 1 else f"beam{width}"
+        print(f"Captioning {len(examples)} {split} images ({name})")
+        t0 = time.time()
+        out = caption_images(server, pixels, width, config.decode.eval_batch_size)
+        hypotheses = [normalize(c.decode("utf-8")) for c in out["caption"]]
+        scores = caption_bleu(hypotheses, references)
+        scores["exact_match"] = round(
+            float(
+                np.mean([h in r for h, r in zip(hypotheses, references, strict=True)])
+            ),
+            4,
+        )
+        checked = hit = 0
+        missed = []
+        for i, example in enumerate(examples):
+            words = hypotheses[i].split()
+            hits = peak_hits(out["attention"][i], words, references[i][0].split(),
+                             example.boxes, size)  # fmt: skip
+            checked += sum(h is not None for h in hits)
+            hit += sum(h is True for h in hits)
+            missed.append(" ".join(w for w, h in zip(words, hits, strict=True)
+                                   if h is False))  # fmt: skip
+        if checked:
+            scores["localisation"] = round(hit / checked, 4)
+            scores["localised_words"] = checked
+        scores["seconds"] = round(time.time() - t0, 1)
+        results["decoding"][name] = scores
+        columns[name], misses[name] = hypotheses, missed
+        first = first or out
+        where = (
+            f"  localisation {scores['localisation']:.2%} of {checked} words"
+            if checked else ""
+        )  # fmt: skip
+        print(
+            f"  {name}: BLEU-4 {scores['bleu']:.2f}  exact match "
+            f"{scores['exact_match']:.2%}{where}  ({scores['seconds']} s)"
+        )
+    header = ["image", "references"]
+    for name in columns:
+        header += [name, f"{name}_missed_box"]
+    lines = ["\t".join(header)]
+    for i, example in enumerate(examples):
+        row = [example.name or str(i), " | ".join(references[i])]
+        for name in columns:
+            row += [columns[name][i], misses[name][i]]
+        lines.append("\t".join(x.replace("\t", " ") for x in row))
+    write_text(run_dir / CAPTIONS, "\n".join(lines) + "\n")
+    paths = []
+    for i in range(min(plots, len(examples))):
+        caption = first["caption"][i].decode("utf-8")
+        paths.append(str(image_attention(
+            pixels[i], first["words"][i], first["attention"][i],
+            run_dir / "plots" / f"attention_{i}.png",
+            title=f"{caption!r} (true: {references[i][0]!r})",
+            boxes=examples[i].boxes,
+        )))  # fmt: skip
+    results["plots"] = paths
+    return results

@@ -1,0 +1,126 @@
+"""Image bytes in, captions out: decoding, the CNN, in-graph search, words.
+
+`CaptionServer` is the task's `ServingModule`. Its ``caption`` runs the input
+checks, image decoding and resizing (`pipelines.captioning.images`), the
+encoder, greedy search (``beam_width`` 1) or beam search (up to
+``decode.beam_width``, chosen per request) and detokenization in one graph;
+the same function is the ``serving_default`` signature.
+
+Outputs: ``caption`` string ``[B]``; ``score`` ``[B]``, ``log P(caption) /
+lp`` (GNMT length penalty, ``[END]`` included); ``length`` ``[B]`` (words,
+``[END]`` included); ``attention`` ``[B, T, H, W]``, each written word's
+attention over the grid's rows and columns (``T = tokenizer.max_words + 1``,
+zero after ``[END]``); ``words`` ``[B, T]``, the word written at each row.
+
+Defined results (documented in docs/pipelines/captioning.md): an empty batch
+gives empty outputs. A row that is not a complete PNG or JPEG file, a length
+penalty that is negative or not finite, or a beam width outside
+``[1, decode.beam_width]`` is an ``InvalidArgument`` that names the input;
+the whole request fails, and the model goes on serving.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from pipelines.captioning.images import decode_images
+from pipelines.core.search import best_hypothesis, checked_search_options
+from pipelines.core.serving import ServingModule
+
+
+class CaptionServer(ServingModule):
+    def __init__(self, model, tokenizer, config):
+        super().__init__(model.trainer, name="captioner")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.image = config.image
+        self.grid = model.grid
+        self.max_length = config.tokenizer.max_words + 1  # + [END]
+        self.max_beams = config.decode.beam_width
+        self.default_beam_width = config.decode.default_beam_width
+        self.default_length_penalty = config.decode.length_penalty
+
+    def checked_options(self, beam_width, length_penalty):
+        return checked_search_options(beam_width, length_penalty, self.max_beams)
+
+    def search(self, images, beam_width, length_penalty) -> dict:
+        """Token ids, scores, lengths and alignments ``[B, T, H' * W']`` of
+        the best caption of each decoded image ``[B, H, W, C]``."""
+        return best_hypothesis(
+            self.model, self.model.encode(images), tf.shape(images)[0],
+            self.max_length, self.max_beams, beam_width, length_penalty,
+        )  # fmt: skip
+
+    def caption(self, images, beam_width=None, length_penalty=None) -> dict:
+        """Captions and their attention for a batch of PNG or JPEG files."""
+        if beam_width is None:
+            beam_width = self.default_beam_width
+        if length_penalty is None:
+            length_penalty = self.default_length_penalty
+        pixels = decode_images(images, self.image, name="image")
+        beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
+        return self.caption_pixels(pixels, beam_width, length_penalty)
+
+    def caption_pixels(self, pixels, beam_width, length_penalty) -> dict:
+        out = self.search(pixels, beam_width, length_penalty)
+        tokens = out["tokens"]
+        # Decoding stops at max_length even without [END]; rows past the
+        # written words (and [END]) are zero.
+        batch, steps = tf.shape(tokens)[0], tf.shape(tokens)[1]
+        written = tf.sequence_mask(out["lengths"], steps)
+        attention = tf.where(written[:, :, None], out["alignments"], 0.0)
+        attention = tf.reshape(attention, [batch, steps, *self.grid])
+        words = tf.where(written, self.tokenizer.id_to_token(tokens), "")
+        return {
+            "caption": self.tokenizer.detokenize(tokens),
+            "score": out["scores"],
+            "length": out["lengths"],
+            "attention": attention,
+            "words": words,
+        }
+
+    def traced_caption(self):
+        """`caption_pixels` as one ``tf.function`` over decoded images, for
+        `evaluate` (traced once, reused for any batch)."""
+        if not hasattr(self, "_traced"):
+            image = self.image
+            self._traced = tf.function(
+                self.caption_pixels,
+                input_signature=[
+                    tf.TensorSpec(
+                        [None, image.height, image.width, image.channels], tf.float32
+                    ),
+                    tf.TensorSpec([], tf.int32),
+                    tf.TensorSpec([], tf.float32),
+                ],
+            )
+        return self._traced
+
+    # -- the export ---------------------------------------------------------
+    def signatures(self) -> dict:
+        """``serving_default``: ``image`` (PNG or JPEG bytes ``[B]``), with
+        optional ``beam_width`` and ``length_penalty`` (defaults in the
+        SignatureDef). Inputs are declared with unknown shapes and checked
+        in the graph (a C client may feed any shape)."""
+        beams = tf.constant(self.default_beam_width, tf.int32)
+        alpha = tf.constant(self.default_length_penalty, tf.float32)
+
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec(None, tf.string, name="image"),
+                tf.TensorSpec(None, tf.int32, name="beam_width"),
+                tf.TensorSpec(None, tf.float32, name="length_penalty"),
+            ]
+        )
+        def serving_default(image, beam_width=beams, length_penalty=alpha):
+            return self.caption(image, beam_width, length_penalty)
+
+        return {"serving_default": serving_default}
+
+    def warmup_requests(self) -> list[dict]:
+        import numpy as np
+
+        from pipelines.data.digit_strips import png_bytes
+
+        blank = png_bytes(np.zeros((self.image.height, self.image.width), "uint8"))
+        return [{"image": np.array([blank, blank], dtype=object)}]
