@@ -35,11 +35,12 @@ test: $(STAMP) lint
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m "not slow"
 
 ## test-slow: real training runs to their stated accuracy, the docs pages'
-## examples and the layer contract's XLA and MirroredStrategy clauses, and on
+## examples and the layer contract's XLA and MirroredStrategy clauses (XLA
+## told to compile fast here too: nothing below times compiled code), and on
 ## JAX the docstring examples and integration tests that make test runs on
 ## TensorFlow only (conftest.py's SLOW_LAYER_CLAUSES and JAX_SLOW_MODULES).
 test-slow: $(STAMP)
-	$(PYTEST) -n 2 -m slow
+	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m slow
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m jax_slow
 
 lint: $(STAMP)

@@ -50,8 +50,19 @@ SLOW_TASKS = {"captioning", "extractive", "locale", "qa", "summarization"}
 # tests; these run in `make test-slow` (marker `jax_slow`), as they did in
 # the TensorFlow half of `make test`: the docs and docstring examples, and
 # the integration tests of the decoding loops, the Transformer stacks and the
-# multi-head kernels' equivalence grids (JAX compiles each of their loops).
-JAX_SLOW_MODULES = {"test_decoding.py", "test_multi_head.py", "test_transformer.py"}
+# multi-head kernels' equivalence grids (JAX compiles each of their loops),
+# and the hand-computed cases and decoding loops of the pointer-generator,
+# coverage, memory and span layers (the layer contract runs them on JAX in
+# `make test`; their own modules took 130 s of its JAX half on two workers).
+JAX_SLOW_MODULES = {
+    "test_copy.py",
+    "test_coverage.py",
+    "test_decoding.py",
+    "test_memory.py",
+    "test_multi_head.py",
+    "test_span.py",
+    "test_transformer.py",
+}
 
 # Layer contract clauses that compile or replicate every layer (about 220 s
 # of the 1,150 s a TensorFlow `make test` spends on two workers), and the

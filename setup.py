@@ -33,6 +33,8 @@ setup(
             "jax[cpu]",
             "matplotlib",
             "babel",
+            # The captioning tests score CIDEr too (the `cider` extra).
+            "pycocoevalcap>=1.2",
         ],
         # The reference pipelines (pipelines/): metrics, plots, data, serving.
         "pipelines": [
@@ -52,6 +54,9 @@ setup(
             "scikit-learn",
             "pillow",
         ],
+        # CIDEr-D for captioning's evaluate (pure Python; its METEOR, SPICE
+        # and PTB tokenizer need Java, and are not used).
+        "cider": ["pycocoevalcap>=1.2"],
         "bench": ["keras-hub"],  # the peer samplers of benchmarks/bench_decoding.py
         "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],
     },

@@ -63,6 +63,11 @@ class HardAttention(BahdanauAttention):
       ``y_soft = softmax((e + g) / temperature)``: one-hot in the forward pass,
       the (biased) Gumbel-softmax gradient in the backward pass, trained by the
       task loss alone (do not add a ``ReinforceLoss`` then).
+    * ``sample_probability < 1`` (training only): each example samples with
+      that probability and otherwise takes the expected context (its weights
+      are ``p``, trained by backpropagation), as Xu et al. do with 0.5
+      (section 4.1). A row that does not sample has ``log_prob`` 0, so it adds
+      nothing to the score-function term; its ``entropy`` is kept.
     * Inference (``training`` False or None): ``inference="argmax"`` attends
       to the most probable position, ``"soft"`` returns the expected context
       ``sum_j p_ij h_j`` (Xu's deterministic approximation). Both are
@@ -81,6 +86,8 @@ class HardAttention(BahdanauAttention):
             ``"gumbel"`` (straight-through Gumbel-softmax, Jang et al. 2017).
         inference: ``"argmax"`` or ``"soft"``, the deterministic inference path.
         temperature: temperature of the Gumbel-softmax relaxation (> 0).
+        sample_probability: in ``(0, 1]``, the chance that an example samples
+            in training (otherwise it attends softly).
         normalize: use the weight-normalised score of `BahdanauAttention`.
         block_elements: memory budget of the score, as in `BahdanauAttention`.
         kernel_initializer: initializer of ``W1``, ``W2`` and ``v``.
@@ -139,6 +146,7 @@ class HardAttention(BahdanauAttention):
         block_elements=None,
         kernel_initializer="glorot_uniform",
         seed=None,
+        sample_probability=1.0,
         **kwargs,
     ):
         super().__init__(
@@ -156,6 +164,15 @@ class HardAttention(BahdanauAttention):
             raise self._error("inference", f"one of {INFERENCE_MODES}", repr(inference))
         if not isinstance(temperature, int | float) or not temperature > 0:
             raise self._error("temperature", "a number > 0", repr(temperature))
+        if (
+            isinstance(sample_probability, bool)
+            or not isinstance(sample_probability, int | float)
+            or not 0.0 < sample_probability <= 1.0
+        ):
+            raise self._error(
+                "sample_probability", "a number in (0, 1]", repr(sample_probability)
+            )
+        self.sample_probability = float(sample_probability)
         self.estimator = estimator
         self.inference = inference
         self.temperature = temperature
@@ -233,6 +250,13 @@ class HardAttention(BahdanauAttention):
             weights = one_hot
         else:
             weights = probs
+        if training and self.sample_probability < 1.0:
+            # Xu et al.'s mixture: a row that does not sample attends softly.
+            batch = ops.shape(scores)[0]
+            coin = keras.random.uniform((batch,), seed=self.seed_generator)
+            sampled = ops.reshape(coin < self.sample_probability, (batch, 1))
+            weights = ops.where(ops.expand_dims(sampled, -1), weights, probs)
+            log_prob = ops.where(sampled, log_prob, 0.0)
         weights = ops.cast(weights, self.compute_dtype)
         context = self._weighted_sum(weights, inputs.value, training)
         return context, weights, log_prob, entropy
@@ -257,6 +281,7 @@ class HardAttention(BahdanauAttention):
             "estimator": self.estimator,
             "inference": self.inference,
             "temperature": self.temperature,
+            "sample_probability": self.sample_probability,
         }
 
 

@@ -358,10 +358,15 @@ class AttentionDecoder(keras.layers.Layer):
             attention the last is the coverage ``[B, S]``, the attention
             summed over the unmasked steps).
         training: passed to the cell.
+        return_log_prob: with a `HardAttention` cell and no input feeding,
+            also return ``log_prob`` and ``entropy`` ``[B, T]`` (float32,
+            zero on masked steps) for a `ReinforceLoss`. The recurrence does
+            not read the attention then, so the attention runs once over all
+            the steps and samples each one's position in training.
 
     Returns:
-        ``outputs [B, T, output_size]``, then the alignments and the final
-        states if asked for, in that order.
+        ``outputs [B, T, output_size]``, then the alignments, the final
+        states, and ``log_prob, entropy`` if asked for, in that order.
 
     Example:
 
@@ -467,8 +472,10 @@ class AttentionDecoder(keras.layers.Layer):
         return_attention_scores=False,
         return_state=False,
         training=None,
+        return_log_prob=False,
     ):
         self._check(query.shape, value.shape)
+        self._check_log_prob(return_log_prob)
         check_float(self, "query", query)
         check_float(self, "value", value)
         batch_s, length_s = static_shape(query.shape)[:2]
@@ -550,9 +557,10 @@ class AttentionDecoder(keras.layers.Layer):
                 (ops.convert_to_tensor(0, "int32"), *init),
                 maximum_iterations=static_shape(query.shape)[1],
             )
+        sampled = ()
         if not feeding:
-            outputs, alignments = self._attend_all(
-                outputs, keep, value, value_mask, training
+            outputs, alignments, sampled = self._attend_all(
+                outputs, keep, value, value_mask, training, return_log_prob
             )
         outputs = ops.transpose(outputs, (1, 0, 2))
         results = [outputs]
@@ -560,30 +568,60 @@ class AttentionDecoder(keras.layers.Layer):
             results.append(ops.transpose(alignments, (1, 0, 2)))
         if return_state:
             results.append(list(final))
+        results.extend(sampled)
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _attend_all(self, states, keep, value, value_mask, training):
+    def _check_log_prob(self, return_log_prob):
+        if not return_log_prob:
+            return
+        from attention_layers.hard import HardAttention
+
+        if not isinstance(self.cell.attention, HardAttention):
+            raise input_error(
+                self,
+                "return_log_prob",
+                "a cell whose attention is a HardAttention",
+                type(self.cell.attention).__name__,
+            )
+        if self.cell.input_feeding:
+            raise input_error(
+                self,
+                "return_log_prob",
+                "a cell with input_feeding=False (the log-probabilities are "
+                "taken when the attention runs once over all the steps)",
+                "input_feeding=True",
+            )
+
+    def _attend_all(self, states, keep, value, value_mask, training, log_prob=False):
         """Attention over every decoder state at once (no input feeding).
 
         ``states`` and ``keep`` are time major; returns time-major outputs
-        and alignments, zero on masked steps like the step-by-step path.
+        and alignments, zero on masked steps like the step-by-step path, and
+        ``(log_prob, entropy)`` batch major if asked for (else ``()``).
         """
         cell = self.cell
         z = ops.transpose(states, (1, 0, 2))  # [B, T, units]
         query_mask = ops.transpose(keep, (1, 0))
-        context, weights = cell.attention(
+        extra = {"return_log_prob": True} if log_prob else {}
+        context, weights, *sampled = cell.attention(
             z,
             value,
             query_mask=query_mask,
             value_mask=value_mask,
             return_attention_scores=True,
             training=training,
+            **extra,
         )
         out = cell.attentional_output(z, context)
         m = ops.expand_dims(query_mask, -1)
         out = ops.where(m, out, 0.0)
         weights = ops.where(m, ops.cast(weights, self.compute_dtype), 0.0)
-        return ops.transpose(out, (1, 0, 2)), ops.transpose(weights, (1, 0, 2))
+        sampled = tuple(ops.where(query_mask, s, 0.0) for s in sampled)
+        return (
+            ops.transpose(out, (1, 0, 2)),
+            ops.transpose(weights, (1, 0, 2)),
+            sampled,
+        )
 
     def compute_output_spec(
         self,
@@ -595,10 +633,12 @@ class AttentionDecoder(keras.layers.Layer):
         return_attention_scores=False,
         return_state=False,
         training=None,
+        return_log_prob=False,
     ):
         # Symbolic shapes without tracing the loop (Keras' TensorFlow scan
         # cannot be traced with unknown dimensions).
         self._check(query.shape, value.shape)
+        self._check_log_prob(return_log_prob)
         spec = keras.KerasTensor
         batch, length = query.shape[:2]
         results = [spec((batch, length, self.cell.output_size), self.compute_dtype)]
@@ -611,6 +651,8 @@ class AttentionDecoder(keras.layers.Layer):
             if self.cell.use_coverage:
                 states[-1] = spec((batch, value.shape[1]), "float32")
             results.append(states)
+        if return_log_prob:
+            results += [spec((batch, length), "float32")] * 2
         return results[0] if len(results) == 1 else tuple(results)
 
     def get_config(self):

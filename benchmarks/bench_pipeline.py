@@ -486,7 +486,8 @@ def c_loader_latency(exports: dict, rounds: int, requests: int) -> dict:
 
 def task_row(spec: str, batches: int, requests: int, tmp: Path) -> dict:
     """Training examples/s on the task's default preset (``NAME:PRESET`` for
-    another; an untrained model, timed on a second pass over ``batches``
+    another, ``NAME:PRESET@KEY=VALUE,KEY=VALUE`` with overrides, e.g. a
+    variant of the model; an untrained model, timed on a second pass over ``batches``
     batches, so that every batch shape is traced first) and the C loader's
     latency for one request of that model's export, 8 threads. Untrained
     decoders run to their length cap, so the latency of a generative task
@@ -503,9 +504,12 @@ def task_row(spec: str, batches: int, requests: int, tmp: Path) -> dict:
     from pipelines.core.run_dir import PipelineError
     from pipelines.core.trainer import build_compiled
 
+    spec, _, overrides = spec.partition("@")
     name, _, preset_name = spec.partition(":")
     task = registry.get(name)
     config = config_lib.preset(task.presets(), preset_name or task.default_preset)
+    overrides = [o for o in overrides.split(",") if o]
+    config = config_lib.apply_overrides(config, overrides)
     try:
         data = task.load_data(config)
     except PipelineError as error:
@@ -533,6 +537,7 @@ def task_row(spec: str, batches: int, requests: int, tmp: Path) -> dict:
     row = {
         "task": name,
         "preset": config.name,
+        "overrides": overrides,
         "batch_size": config.train.batch_size,
         "train_examples_per_s": round(rows / train_s, 1),
         "export_s": round(export_s, 1),
@@ -553,7 +558,10 @@ def main(argv=None) -> int:
     parser.add_argument("--xla", action="store_true", help="add ours_xla")
     parser.add_argument("--train-size", type=int, help="train on this many (a check)")
     parser.add_argument(
-        "--tasks", nargs="*", help="a row per task, NAME or NAME:PRESET (default: all)"
+        "--tasks",
+        nargs="*",
+        help="a row per task, NAME, NAME:PRESET or NAME:PRESET@KEY=VALUE,... "
+        "(default: all)",
     )
     parser.add_argument("--skip", action="append", default=[],
                         choices=["training", "quality", "serving"])  # fmt: skip

@@ -168,6 +168,98 @@ def test_inference_is_deterministic_argmax_or_soft():
     np.testing.assert_array_equal(out[0][0], again[0])
 
 
+def test_sample_probability_mixes_samples_and_the_expectation():
+    """Xu et al.'s mixture: a row that samples has a one-hot and log p(s); a
+    row that does not has the softmax p as weights, log_prob 0, and the
+    gradient of its context reaches the score weights."""
+    theta = np.array([0.5, -0.2, 0.1, 0.7], "float32")
+    layer, args = controlled(theta, 400, seed=5, sample_probability=0.5)
+    _, weights, log_prob, entropy = numpy(
+        *layer(
+            **args, training=True, return_attention_scores=True, return_log_prob=True
+        )
+    )
+    p = softmax(theta.astype("float64"))
+    sampled = np.isclose(weights[:, 0].max(-1), 1.0)
+    assert 160 < sampled.sum() < 240  # Binomial(400, 0.5): 6 sigma either side
+    np.testing.assert_allclose(weights[~sampled, 0], np.broadcast_to(p, (
+        (~sampled).sum(), 4)), rtol=1e-5)  # fmt: skip
+    assert (log_prob[~sampled] == 0).all()
+    chosen = weights[sampled, 0].argmax(-1)
+    np.testing.assert_allclose(log_prob[sampled, 0], np.log(p)[chosen], rtol=1e-5)
+    np.testing.assert_allclose(entropy, -(p * np.log(p)).sum(), rtol=1e-5)
+    # Inference ignores it: deterministic argmax.
+    again = numpy(*layer(**args, return_attention_scores=True))[1]
+    np.testing.assert_array_equal(again[:, 0].argmax(-1), theta.argmax())
+
+    def context_gradient(probability):
+        layer, args = controlled(theta, 8, seed=5, sample_probability=probability)
+
+        def context_sum(params):  # the scores' gradient reaches the keys
+            out = layer(**{**args, "key": params[0]}, training=True)
+            return keras.ops.sum(out[..., 0]), None
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no log_prob asked for: on purpose
+            return value_and_grad(context_sum, [args["key"]])[2][0]
+
+    assert np.abs(context_gradient(0.01)).max() > 1e-3  # soft rows
+    pure = context_gradient(1.0)  # samples only: no gradient to the scores
+    assert pure is None or not pure.any()
+    with pytest.raises(ValueError, match="`sample_probability`.*received 0"):
+        al.HardAttention(4, sample_probability=0)
+    config = al.HardAttention(4, sample_probability=0.5).get_config()
+    assert al.HardAttention.from_config(config).sample_probability == 0.5
+    del config["sample_probability"]  # a config from before the option
+    assert al.HardAttention.from_config(config).sample_probability == 1.0
+
+
+def test_decoder_returns_the_log_prob_of_each_sampled_step():
+    """The attention RNN decoder without input feeding samples one position per
+    step and returns each step's log p(s) and entropy, zero on masked steps."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 5, 4)).astype("float32")
+    memory = rng.normal(size=(3, 6, 8)).astype("float32")
+    steps = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], bool)
+    cell = al.AttentionRNNCell(
+        keras.layers.GRUCell(8), al.HardAttention(8, seed=2), input_feeding=False
+    )
+    decoder = al.AttentionDecoder(cell)
+    outputs, alignments, log_prob, entropy = numpy(
+        *decoder(x, memory, query_mask=steps, return_attention_scores=True,
+                 return_log_prob=True, training=True)
+    )  # fmt: skip
+    # The same decoder's soft probabilities over its GRU states, by hand.
+    states = numpy(keras.layers.RNN(cell.cell, return_sequences=True)(x, mask=steps))[0]
+    attention = cell.attention
+    scores = (
+        np.tanh(
+            numpy(attention.query_dense(states))[0][:, :, None]
+            + numpy(attention.key_dense(memory))[0][:, None]
+        )
+        @ numpy(attention.v)[0]
+    )
+    log_p = scores - np.log(np.exp(scores).sum(-1, keepdims=True))
+    p = np.exp(log_p)
+    picked = alignments.argmax(-1)
+    assert np.allclose(alignments[steps].max(-1), 1.0)
+    assert (alignments[~steps] == 0).all() and (log_prob[~steps] == 0).all()
+    want = np.take_along_axis(log_p, picked[..., None], -1)[..., 0]
+    np.testing.assert_allclose(log_prob[steps], want[steps], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        entropy[steps], -(p * log_p).sum(-1)[steps], rtol=1e-4, atol=1e-5
+    )
+    assert (entropy[~steps] == 0).all()
+    with pytest.raises(ValueError, match="`return_log_prob`.*HardAttention"):
+        al.AttentionDecoder(
+            al.AttentionRNNCell(keras.layers.GRUCell(8), al.BahdanauAttention(8))
+        )(x, memory, return_log_prob=True)
+    with pytest.raises(ValueError, match="`return_log_prob`.*input_feeding=False"):
+        al.AttentionDecoder(
+            al.AttentionRNNCell(keras.layers.GRUCell(8), al.HardAttention(8))
+        )(x, memory, return_log_prob=True, training=True)
+
+
 def test_single_step_query_and_outputs_order():
     rng = np.random.default_rng(2)
     query = rng.normal(size=(2, 4)).astype("float32")

@@ -168,6 +168,7 @@ def test_doubly_stochastic_layer_adds_the_weighted_mean():
     assert clone.weight == 0.5
 
 
+@pytest.mark.slow  # a training run
 def test_penalty_spreads_the_attention_over_the_grid():
     """Trained on the penalty alone, a decoder's attention summed over its
     steps moves towards 1 at every grid position."""

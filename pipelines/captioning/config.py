@@ -30,13 +30,16 @@ FRACTION = {"range": (0.0, 1.0)}
 
 @dataclass
 class DataConfig:
-    """``digits:N`` (N training strips, `pipelines.data.digit_strips`) or
+    """``digits:N`` (N training strips, `pipelines.data.digit_strips`),
+    ``fashion:N`` (N Fashion-MNIST scenes, `pipelines.data.fashion_scenes`,
+    read from ``fashion_root``: Debian's ``dataset-fashion-mnist``) or
     ``folder:PATH`` (the user's images and a ``captions.jsonl`` or
     ``captions.csv`` beside them; `pipelines.captioning.data.read_folder`).
 
-    Digit strips: ``valid_size`` and ``test_size`` strips are made from the
-    held-out scans. A folder: ``valid_fraction`` and ``test_fraction`` of its
-    images are held out, all captions of an image in one split.
+    Digit strips and scenes: ``valid_size`` and ``test_size`` images are
+    made from the held-out scans. A folder: ``valid_fraction`` and
+    ``test_fraction`` of its images are held out, all captions of an image in
+    one split.
     """
 
     source: str = "digits:20000"
@@ -45,6 +48,7 @@ class DataConfig:
     valid_fraction: float = field(default=0.1, metadata=FRACTION)
     test_fraction: float = field(default=0.1, metadata=FRACTION)
     max_digits: int = field(default=5, metadata={"range": (1, 5)})
+    fashion_root: str = "/usr/share/datasets/fashion-mnist"
     seed: int = 0
 
     def validate(self, where: str = "data.") -> None:
@@ -77,18 +81,62 @@ class ModelConfig:
 
     The CNN has ``pools`` stages of two 3x3 convolutions (``filters``,
     doubled at each stage) and a 2x2 max-pool, then one more pair of
-    convolutions: an image of ``H x W`` becomes a grid of
-    ``H / 2^pools x W / 2^pools`` cells, projected to ``units`` features
-    with 2-D sinusoidal positions added. The decoder's GRU starts from the
-    grid's mean (through a ``tanh`` layer), as in the paper.
+    convolutions at the grid's resolution, ``grid_kernel`` wide: an image of
+    ``H x W`` becomes a grid of ``H / 2^pools x W / 2^pools`` cells,
+    projected to ``units`` features with 2-D sinusoidal positions added. The
+    decoder's GRU starts from the grid's mean (through a ``tanh`` layer), as
+    in the paper.
+
+    ``attention="hard"`` samples one cell per word in training (Xu et al.'s
+    stochastic hard attention), trained by REINFORCE
+    (`attention_layers.ReinforceLoss`: the caption's negative
+    log-likelihood as the cost, a moving-average baseline with
+    ``baseline_decay``, an entropy bonus of ``entropy_weight``); each caption
+    samples with ``sample_probability`` and otherwise attends softly (Xu et
+    al.: 0.5). Decoding attends to the most probable cell. It needs
+    ``input_feeding=False``.
+
+    ``backbone`` replaces the small CNN with a keras.applications network
+    without its top (`pipelines.captioning.model.BACKBONES`), its last
+    feature map as the grid; its weights are random, or read from
+    ``backbone_weights`` (a weights file, such as Keras' ImageNet ``notop``
+    files), and ``backbone_trainable=false`` freezes them. Gray images are
+    repeated to three channels and given the network's own preprocessing.
+    ``pools``, ``filters`` and ``grid_kernel`` are the small CNN's.
+
+    ``decoder="transformer"`` replaces the GRU with ``num_layers`` pre-norm
+    Transformer decoder blocks (``num_heads`` heads, a feed-forward layer of
+    ``intermediate_dim``, width ``units``) that cross-attend to the grid;
+    the exported attention is the last block's, averaged over its heads. Hard
+    attention, the context gate and the doubly stochastic penalty belong to
+    the RNN decoder.
+
+    ``grid_kernel`` sets how far a cell sees. With two pools a cell is 4
+    pixels wide and sees 16 pixels with ``grid_kernel=1``, 32 with 3; the
+    wider view lets the attention rest beside an object and still read it,
+    which blurs where it looks (see docs/pipelines/captioning.md).
     """
 
+    backbone: Literal[
+        "cnn", "MobileNetV2", "ResNet50", "EfficientNetB0", "DenseNet121", "VGG16"
+    ] = "cnn"
+    backbone_weights: str = ""
+    backbone_trainable: bool = True
     filters: int = field(default=16, metadata=POSITIVE)
     pools: int = field(default=2, metadata={"range": (0, 5)})
+    grid_kernel: Literal[1, 3] = 3
     units: int = field(default=128, metadata=POSITIVE)
     attention_units: int = field(default=64, metadata=POSITIVE)
     embedding_dim: int = field(default=32, metadata=POSITIVE)
+    decoder: Literal["rnn", "transformer"] = "rnn"
+    num_layers: int = field(default=2, metadata=POSITIVE)  # Transformer
+    num_heads: int = field(default=4, metadata=POSITIVE)  # Transformer
+    intermediate_dim: int = field(default=256, metadata=POSITIVE)  # Transformer
     context_gate: bool = True  # beta_i on the context
+    attention: Literal["soft", "hard"] = "soft"
+    sample_probability: float = field(default=0.5, metadata={"range": (0.01, 1.0)})
+    baseline_decay: float = field(default=0.9, metadata={"range": (0.0, 0.999)})
+    entropy_weight: float = field(default=0.001, metadata={"range": (0.0, None)})
     input_feeding: bool = False
     # lambda of the doubly stochastic penalty (0: off), added in training only.
     # It sums over the grid's cells: with far more cells than words (108 and
@@ -109,11 +157,33 @@ class CaptioningConfig(RunConfig):
     def validate(self) -> CaptioningConfig:
         super().validate()
         cells = 2**self.model.pools
-        if self.image.height % cells or self.image.width % cells:
+        small_cnn = self.model.backbone == "cnn"
+        if small_cnn and (self.image.height % cells or self.image.width % cells):
             raise core_config.ConfigError(
                 f"config: `image.height` and `image.width` must be multiples of "
                 f"2^model.pools = {cells}; received {self.image.height} x "
                 f"{self.image.width}"
+            )
+        m = self.model
+        if m.decoder == "transformer" and (
+            m.attention == "hard" or m.doubly_stochastic
+        ):
+            raise core_config.ConfigError(
+                "config: `model.decoder=transformer` attends with its own "
+                "multi-head cross-attention: it takes neither `model.attention=hard` "
+                "nor `model.doubly_stochastic`; received attention="
+                f"{m.attention}, doubly_stochastic={m.doubly_stochastic}"
+            )
+        if m.decoder == "transformer" and m.units % m.num_heads:
+            raise core_config.ConfigError(
+                f"config: `model.units` ({m.units}) must be a multiple of "
+                f"`model.num_heads` ({m.num_heads}) for the Transformer decoder"
+            )
+        if self.model.attention == "hard" and self.model.input_feeding:
+            raise core_config.ConfigError(
+                "config: `model.attention=hard` needs `model.input_feeding=false` "
+                "(the sampled cells are drawn once the recurrence has run); "
+                "received input_feeding=true"
             )
         return self
 
@@ -121,6 +191,7 @@ class CaptioningConfig(RunConfig):
 def _digits() -> CaptioningConfig:
     return CaptioningConfig(
         name="digits",
+        model=ModelConfig(grid_kernel=1),
         train=TrainConfig(
             epochs=20,
             batch_size=64,
@@ -147,7 +218,26 @@ def _tiny() -> CaptioningConfig:
     )
 
 
-PRESETS = {"digits": _digits, "tiny": _tiny}
+def _fashion() -> CaptioningConfig:
+    return CaptioningConfig(
+        name="fashion",
+        data=DataConfig(source="fashion:20000"),
+        image=ImageConfig(height=64, width=64),
+        tokenizer=TokenizerConfig(max_words=13),  # 4 items: 13 words
+        model=ModelConfig(pools=3, grid_kernel=1),
+        train=TrainConfig(
+            epochs=20,
+            batch_size=64,
+            learning_rate=2e-3,
+            early_stopping_patience=4,
+            lr_reduce_factor=0.5,
+            lr_reduce_patience=2,
+        ),
+        decode=DecodeConfig(beam_width=4, default_beam_width=1, length_penalty=0.0),
+    )
+
+
+PRESETS = {"digits": _digits, "fashion": _fashion, "tiny": _tiny}
 
 
 def preset(name: str) -> CaptioningConfig:

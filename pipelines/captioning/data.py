@@ -1,8 +1,9 @@
 """Captioned images: digit strips or the user's folder, and training batches.
 
 An `Example` is one image as PNG or JPEG bytes (what the export takes),
-every caption it has, and, for digit strips, the box of each caption word's
-digit. Images are decoded and resized by `decode_images`, the same function
+every caption it has, and, for generated images (digit strips, Fashion-MNIST
+scenes), the box of the object each caption word names (None for a word
+that names none). Images are decoded and resized by `decode_images`, the same function
 the export runs, so training sees what serving sees.
 
 A user folder holds the images and a ``captions.jsonl`` (one object per
@@ -28,7 +29,7 @@ CAPTION_FILES = ("captions.jsonl", "captions.csv")
 class Example:
     image: bytes  # PNG or JPEG
     captions: tuple[str, ...]
-    boxes: tuple[tuple[int, int, int, int], ...] | None = None  # per word
+    boxes: tuple[tuple[int, int, int, int] | None, ...] | None = None  # per word
     name: str = ""  # the image's file, for a user folder
 
     @property
@@ -44,12 +45,15 @@ def load_data(config) -> Data:
     kind, _, argument = d.source.partition(":")
     if kind == "digits" and argument.isdigit() and int(argument) > 0:
         train, valid, test, notes = _digit_splits(int(argument), config)
+    elif kind == "fashion" and argument.isdigit() and int(argument) > 0:
+        train, valid, test, notes = _fashion_splits(int(argument), config)
     elif kind == "folder" and argument:
         train, valid, test, notes = _folder_splits(argument, config)
     else:
         raise ConfigError(
-            "config: `data.source` must be digits:N (N generated training strips) "
-            f"or folder:PATH, received {d.source!r}."
+            "config: `data.source` must be digits:N (N generated training strips), "
+            "fashion:N (N Fashion-MNIST scenes) or folder:PATH, received "
+            f"{d.source!r}."
         )
     limit = config.tokenizer.max_words
     captions = [c for e in train + valid + test for c in e.captions]
@@ -87,6 +91,47 @@ def _digit_splits(count: int, config):
         f"test strips of 1 to {d.max_digits} digits ({image.height}x{image.width} "
         f"pixels, digits of {sizes[0]} to {sizes[1]}), test strips made of scans "
         "that no training strip uses"
+    ]
+    return (*examples, notes)
+
+
+def _fashion_splits(count: int, config):
+    from pipelines.data import fashion_scenes as fs
+    from pipelines.data.digit_strips import png_bytes
+
+    d, image = config.data, config.image
+    if image.channels != 1:
+        raise PipelineError(
+            "data: Fashion-MNIST scenes are gray: set image.channels=1."
+        )
+    # Boxes on the model's image size (the scenes are 64 x 64).
+    sy, sx = image.height / fs.HEIGHT, image.width / fs.WIDTH
+
+    def scaled(box):
+        if box is None:
+            return None
+        top, left, bottom, right = box
+        return (round(top * sy), round(left * sx), round(bottom * sy),
+                round(right * sx))  # fmt: skip
+
+    try:
+        splits = [
+            fs.make_scenes(n, split, seed=d.seed + offset, root=d.fashion_root)
+            for offset, (n, split) in enumerate(
+                ((count, "train"), (d.valid_size, "valid"), (d.test_size, "test"))
+            )
+        ]
+    except (FileNotFoundError, ValueError) as error:
+        raise PipelineError(f"data: {error}") from None
+    examples = [
+        [Example(png_bytes(s.image), (s.caption,),
+                 tuple(scaled(b) for b in s.boxes)) for s in scenes]
+        for scenes in splits
+    ]  # fmt: skip
+    notes = [
+        f"generated {count} training, {d.valid_size} validation and {d.test_size} "
+        "test Fashion-MNIST scenes of 2 to 4 items (64x64 pixels), test scenes "
+        "made of the t10k scans"
     ]
     return (*examples, notes)
 
@@ -182,7 +227,8 @@ def _folder_splits(folder: str, config):
 
 
 def make_dataset(examples, tokenizer, config, training: bool, replicas: int = 1):
-    """Teacher-forcing batches ``({"image", "target_in"}, target_out)``.
+    """Teacher-forcing batches ``({"image", "target_in"}, target_out)``
+    (``target_out`` among the features too with hard attention).
 
     One row per caption (an image with three captions gives three rows).
     Images are decoded once, by `decode_images`; captions get ``[START]``
@@ -217,9 +263,14 @@ def make_dataset(examples, tokenizer, config, training: bool, replicas: int = 1)
     else:
         order = tf.data.Dataset.range(len(rows))
 
+    # Hard attention's REINFORCE loss is inside the model: it reads the targets.
+    hard = config.model.attention == "hard"
+
     def row(i):
         features = {"image": tf.gather(images, image_of_row[i]),
                     "target_in": target_in[i]}  # fmt: skip
+        if hard:
+            features["target_out"] = target_out[i]
         return features, target_out[i]
 
     batch = config.train.batch_size

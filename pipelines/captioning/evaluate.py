@@ -2,12 +2,18 @@
 
 * **BLEU-4**: sacrebleu's corpus BLEU, lowercased, 13a tokenization, against
   every reference caption of an image (its signature is stored).
+* **CIDEr-D** (Vedantam et al. 2015), if ``pycocoevalcap`` is installed
+  (``pip install 'attention-layers[cider]'``): its scorer over the same
+  lowercased captions, split by sacrebleu's 13a tokenizer (the COCO
+  toolkit's PTB tokenizer needs Java).
 * **Exact match**: the share of images whose caption equals one of its
   references (lowercase, whitespace collapsed).
-* **Attention localisation** (images with boxes: digit strips): over the
-  written words that are right at their position (word ``k`` equals the
-  reference's word ``k``), the share whose attention peaks in a grid cell
-  whose centre lies inside that word's box.
+* **Attention localisation** (images with boxes: digit strips, scenes):
+  over the written words that are right at their position (word ``k``
+  equals the reference's word ``k``) and name an object, the share whose
+  attention peaks in a grid cell whose centre lies inside that object's
+  box; ``localisation_overlap``, a diagnostic, counts a peak cell that
+  merely overlaps the box.
 
 Writes ``captions.tsv`` (image, references, one column per decoding, the
 words whose peak missed their box) and ``plots/attention_*.png`` (each
@@ -56,22 +62,56 @@ def caption_bleu(hypotheses: list[str], references: list[tuple[str, ...]]) -> di
     }
 
 
-def peak_hits(attention, words, references, boxes, image_size) -> list[bool | None]:
+def caption_cider(hypotheses: list[str], references: list[tuple[str, ...]]) -> dict:
+    """``{"cider": CIDEr-D}`` over every reference of each image, or ``{}``
+    without ``pycocoevalcap`` (an optional extra: its scorer is the COCO
+    caption toolkit's, idf taken from these references)."""
+    try:
+        from pycocoevalcap.cider.cider import Cider
+    except ImportError:
+        return {}
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    split = Tokenizer13a()
+    references_ = {i: [split(r.lower()) for r in refs]
+                   for i, refs in enumerate(references)}  # fmt: skip
+    hypotheses_ = {i: [split(h.lower())] for i, h in enumerate(hypotheses)}
+    score, _ = Cider().compute_score(references_, hypotheses_)
+    return {"cider": round(float(score), 4)}
+
+
+def peak_hits(
+    attention, words, references, boxes, image_size, rule: str = "centre"
+) -> list[bool | None]:
     """Per written word: whether its attention peak lies in its box (None
-    where the word is wrong at its position or the image has no boxes)."""
+    where the word is wrong at its position, or has no box: no boxes for the
+    image, or a word that names no object).
+
+    ``rule="centre"`` (the metric): the peak cell's centre is inside the box.
+    ``rule="overlap"`` (a diagnostic): the peak cell shares some area with
+    the box, which also counts a peak on the box's edge.
+    """
     if boxes is None:
         return [None] * len(words)
     height, width = image_size
     rows, cols = attention.shape[1:]
+    cell_h, cell_w = height / rows, width / cols
     hits: list[bool | None] = []
     for k, word in enumerate(words):
-        if k >= len(references) or word != references[k]:
+        if k >= len(references) or word != references[k] or boxes[k] is None:
             hits.append(None)
             continue
         r, c = np.unravel_index(int(np.argmax(attention[k])), (rows, cols))
-        y, x = (r + 0.5) * height / rows, (c + 0.5) * width / cols
         top, left, bottom, right = boxes[k]
-        hits.append(bool(top <= y < bottom and left <= x < right))
+        if rule == "overlap":
+            y0, x0 = r * cell_h, c * cell_w
+            hit = (
+                y0 < bottom and y0 + cell_h > top and x0 < right and x0 + cell_w > left
+            )
+        else:
+            y, x = (r + 0.5) * cell_h, (c + 0.5) * cell_w
+            hit = top <= y < bottom and left <= x < right
+        hits.append(bool(hit))
     return hits
 
 
@@ -117,35 +157,41 @@ def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3
         out = caption_images(server, pixels, width, config.decode.eval_batch_size)
         hypotheses = [normalize(c.decode("utf-8")) for c in out["caption"]]
         scores = caption_bleu(hypotheses, references)
+        scores.update(caption_cider(hypotheses, references))
         scores["exact_match"] = round(
             float(
                 np.mean([h in r for h, r in zip(hypotheses, references, strict=True)])
             ),
             4,
         )
-        checked = hit = 0
+        checked = hit = touched = 0
         missed = []
         for i, example in enumerate(examples):
             words = hypotheses[i].split()
-            hits = peak_hits(out["attention"][i], words, references[i][0].split(),
-                             example.boxes, size)  # fmt: skip
+            args = (out["attention"][i], words, references[i][0].split(),
+                    example.boxes, size)  # fmt: skip
+            hits = peak_hits(*args)
             checked += sum(h is not None for h in hits)
             hit += sum(h is True for h in hits)
+            touched += sum(h is True for h in peak_hits(*args, rule="overlap"))
             missed.append(" ".join(w for w, h in zip(words, hits, strict=True)
                                    if h is False))  # fmt: skip
         if checked:
             scores["localisation"] = round(hit / checked, 4)
+            scores["localisation_overlap"] = round(touched / checked, 4)
             scores["localised_words"] = checked
         scores["seconds"] = round(time.time() - t0, 1)
         results["decoding"][name] = scores
         columns[name], misses[name] = hypotheses, missed
         first = first or out
         where = (
-            f"  localisation {scores['localisation']:.2%} of {checked} words"
+            f"  localisation {scores['localisation']:.2%} of {checked} words "
+            f"({scores['localisation_overlap']:.2%} with the peak cell on the box)"
             if checked else ""
         )  # fmt: skip
+        cider = f"  CIDEr-D {scores['cider']:.3f}" if "cider" in scores else ""
         print(
-            f"  {name}: BLEU-4 {scores['bleu']:.2f}  exact match "
+            f"  {name}: BLEU-4 {scores['bleu']:.2f}{cider}  exact match "
             f"{scores['exact_match']:.2%}{where}  ({scores['seconds']} s)"
         )
     header = ["image", "references"]

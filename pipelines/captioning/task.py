@@ -78,14 +78,18 @@ class CaptioningTask(Task):
     def build_model(self, config, preprocessors):
         from pipelines.captioning.model import Captioner
 
-        return Captioner(config.model, config.image, preprocessors.vocab_size)
+        return Captioner(config.model, config.image, preprocessors.vocab_size,
+                         max_length=config.tokenizer.max_words + 1)  # fmt: skip
 
     def compile_arguments(self, config) -> dict:
         # Captions of 1 to 5 words: a token mean would weigh a replica's
         # share of a batch by its words (see `SequenceNLL`).
         from pipelines.core.metrics import sequence_arguments
 
-        return sequence_arguments()
+        arguments = sequence_arguments()
+        if config.model.attention == "hard":
+            arguments["loss"] = None  # the model's ReinforceLoss adds it
+        return arguments
 
     # -- evaluation ---------------------------------------------------------
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -141,7 +141,7 @@ def image_attention(
         peak = Rectangle((c * cell_w, r * cell_h), cell_w, cell_h, fill=False,
                          edgecolor="cyan", linewidth=1.2)  # fmt: skip
         ax.add_patch(peak)
-        if boxes is not None and k < len(boxes):
+        if boxes is not None and k < len(boxes) and boxes[k] is not None:
             top, left, bottom, right = boxes[k]
             truth = Rectangle((left, top), right - left, bottom - top,
                               fill=False, edgecolor="lime", linestyle="--")  # fmt: skip

@@ -15,12 +15,12 @@ from PIL import Image
 
 from pipelines.captioning import data as captioning_data
 from pipelines.captioning.config import ImageConfig, preset
-from pipelines.captioning.evaluate import caption_bleu, peak_hits
+from pipelines.captioning.evaluate import caption_bleu, caption_cider, peak_hits
 from pipelines.captioning.images import decode_images
 from pipelines.captioning.task import TASK
 from pipelines.core.config import ConfigError, apply_overrides
 from pipelines.core.run_dir import PipelineError
-from pipelines.core.text import END, PAD, START
+from pipelines.core.text import END, PAD, RESERVED, START
 from pipelines.data.digit_strips import (
     WORDS,
     _scans,
@@ -246,6 +246,26 @@ def test_bleu_takes_every_reference_and_peaks_are_checked_against_boxes():
                      boxes, (8, 16))  # fmt: skip
     assert hits == [True, False, None]  # the wrong word is not graded
     assert peak_hits(attention, ["one"], ["one"], None, (8, 16)) == [None]
+    # Box 1 moved to (0, 10, 8, 13): cell (1, 3) spans columns 12-16, so it
+    # overlaps the box by one column while its centre (column 14) is outside.
+    edge = [boxes[0], (0, 10, 8, 13), None]
+    words = ["one", "two", "three"]
+    assert peak_hits(attention, words, words, edge, (8, 16)) == [True, False, None]
+    assert peak_hits(attention, words, words, edge, (8, 16), rule="overlap") == [
+        True, True, None]  # fmt: skip
+    far = [boxes[0], (0, 0, 8, 12), None]  # ends where cell (1, 3) starts
+    assert peak_hits(attention, words, words, far, (8, 16), rule="overlap")[1] is False
+
+
+def test_cider_is_the_coco_scorer_on_lowercased_13a_tokens():
+    """CIDEr-D by hand: two images whose references share no n-gram give every
+    n-gram the idf log 2 in both; a caption equal to its reference then has
+    cosine 1 at every n (times 10: 10), an empty caption 0, so the corpus
+    score is their mean, 5. A caption one word short scores less."""
+    references = [("one two three four",), ("five six seven eight",)]
+    assert caption_cider(["ONE two three four", ""], references) == {"cider": 5.0}
+    short = caption_cider(["one two three", ""], references)["cider"]
+    assert 0 < short < 5.0
 
 
 # -- the export against the model -----------------------------------------------------
@@ -257,6 +277,10 @@ def untrained():
     data = TASK.load_data(config)
     tokenizer = TASK.preprocessors(None, data, config, create=False)
     model = TASK.build_model(config, tokenizer)
+    # An untrained model may write [PAD], which the teacher-forced trainer
+    # would mask as an input (mask_zero): keep it from writing that word.
+    bias = model.projection.bias
+    bias.assign(bias.numpy() - 10.0 * (np.arange(bias.shape[0]) == PAD))
     module = TASK.serving_module(model, tokenizer, config)
     return config, data, tokenizer, model, module
 
@@ -301,7 +325,8 @@ def test_served_captions_follow_the_teacher_forced_model(untrained):
         assert not out["attention"][b, length:].any() and not any(words[length:])
         np.testing.assert_allclose(out["attention"][b, :length].sum((1, 2)), 1.0,
                                    rtol=1e-5)  # fmt: skip
-        written = [w for w in words if w and w != "[END]"]
+        # The caption drops the reserved tokens an untrained model may write.
+        written = [w for w in words if w and w not in RESERVED]
         assert out["caption"][b].decode() == " ".join(written)
 
 
@@ -323,3 +348,202 @@ def test_greedy_and_beam_decoding_return_the_same_fields(untrained):
     # Beam search finds a caption at least as likely as greedy's.
     assert np.all(beam["score"].numpy() >= greedy["score"].numpy() - 1e-4)
     assert captioning_data.is_image(data.test[0].image)
+
+
+@pytest.mark.slow  # a model traced for training and for serving: 20 s
+def test_hard_attention_trains_by_reinforce_and_serves_one_cell_per_word():
+    """``model.attention=hard``: the targets reach the model's ReinforceLoss,
+    the reported loss is the captions' NLL, the score-function term alone
+    trains the attention's scores, and the export attends to one cell."""
+    with pytest.raises(ConfigError, match="input_feeding=false"):
+        apply_overrides(preset("tiny"), ["model.attention=hard",
+                                         "model.input_feeding=true"])  # fmt: skip
+    config = apply_overrides(preset("tiny"), [
+        "model.attention=hard", "model.grid_kernel=1", "train.batch_size=8",
+        "model.sample_probability=1.0", "model.entropy_weight=0.0"])  # fmt: skip
+    data = TASK.load_data(config)
+    tokenizer = TASK.preprocessors(None, data, config, create=False)
+    features, target_out = next(
+        iter(TASK.make_dataset(data.train[:8], tokenizer, config, training=True))
+    )
+    np.testing.assert_array_equal(features["target_out"], target_out)
+    model = TASK.build_model(config, tokenizer)
+    assert model.cnn[-1].kernel_size == (1, 1)
+    trainer = model.trainer
+    trainer.compile(optimizer="adam", **TASK.compile_arguments(config))
+    nll = TASK.compile_arguments(preset("tiny"))["loss"]
+    want = float(nll(target_out, trainer(features, training=False)))
+    assert trainer.test_on_batch(features, target_out, return_dict=True)["loss"] == (
+        pytest.approx(want, rel=1e-5))  # fmt: skip
+    attention = model.decoder.cell.attention
+    scores = [w.numpy().copy() for w in attention.trainable_weights]
+    trainer.train_on_batch(features, target_out)
+    moved = [not np.allclose(a, w.numpy()) for a, w in
+             zip(scores, attention.trainable_weights, strict=True)]  # fmt: skip
+    assert all(moved)  # only the score-function term reaches them
+    fn = TASK.serving_module(model, tokenizer, config).signatures()["serving_default"]
+    out = fn(image=tf.constant([e.image for e in data.test[:3]]))
+    for b in range(3):
+        rows = out["attention"][b, : int(out["length"][b])].numpy()
+        assert ((rows == 0) | (rows == 1)).all() and (rows.sum((1, 2)) == 1).all()
+
+
+# -- Fashion-MNIST scenes ------------------------------------------------------------
+
+
+def write_idx(path, array):
+    import gzip
+
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
+        int(n).to_bytes(4, "big") for n in array.shape
+    )
+    with gzip.open(path, "wb") as handle:
+        handle.write(header + array.astype("uint8").tobytes())
+
+
+@pytest.fixture
+def fashion_root(tmp_path):
+    """Debian's layout with small IDX files: each scan is a block of ink."""
+    rng = np.random.default_rng(0)
+    for part, n in (("train", 60), ("t10k", 20)):
+        scans = np.zeros((n, 28, 28), "uint8")
+        for k in range(n):
+            top, left = rng.integers(0, 14, size=2)
+            scans[k, top : top + 10, left : left + 12] = 100 + k
+        write_idx(tmp_path / f"{part}-images-idx3-ubyte.gz", scans)
+        write_idx(tmp_path / f"{part}-labels-idx1-ubyte.gz", rng.integers(0, 10, n))
+    return tmp_path
+
+
+def test_fashion_scenes_relate_their_items_and_box_them(fashion_root):
+    from pipelines.data import fashion_scenes as fs
+
+    scenes = fs.make_scenes(30, "train", seed=1, root=fashion_root)
+    again = fs.make_scenes(30, "train", seed=1, root=fashion_root)
+    assert [s.caption for s in scenes] == [s.caption for s in again]
+    images, labels = fs.scans(fashion_root, "train")
+    layouts = set()
+    for scene in scenes:
+        words = scene.caption.split()
+        # "a X" items joined by "left of" within a row and "above" between rows.
+        rows = [row.split(" left of ") for row in scene.caption.split(" above ")]
+        layouts.add(tuple(len(r) for r in rows))
+        assert all(item.split()[0] == "a" for row in rows for item in row)
+        nouns = [k for k, b in enumerate(scene.boxes) if b is not None]
+        assert len(scene.boxes) == len(words) and len(nouns) == len(scene.sources)
+        assert [words[k] for k in nouns] == [fs.WORDS[labels[s]] for s in scene.sources]
+        ink = scene.image > 0
+        covered = np.zeros_like(ink)
+        for k, source in zip(nouns, scene.sources, strict=True):
+            top, left, bottom, right = scene.boxes[k]
+            # The box holds exactly the item's block of ink, at the item's value.
+            assert (scene.image[top:bottom, left:right] == 100 + source).all()
+            covered[top:bottom, left:right] = True
+        assert not (ink & ~covered).any()
+    assert layouts == {(2,), (1, 1), (2, 1), (1, 2), (2, 2)}
+    valid = fs.make_scenes(30, "valid", seed=1, root=fashion_root)
+    test = fs.make_scenes(5, "test", seed=1, root=fashion_root)
+    seen = {s for scene in scenes for s in scene.sources}
+    assert not seen & {s for scene in valid for s in scene.sources}
+    t10k = fs.scans(fashion_root, "t10k")[0]
+    for scene in test:  # the t10k file's scans
+        for k, source in zip([k for k, b in enumerate(scene.boxes) if b], scene.sources,
+                             strict=True):  # fmt: skip
+            top, left, bottom, right = scene.boxes[k]
+            assert (scene.image[top:bottom, left:right] == t10k[source].max()).all()
+
+
+def test_fashion_scenes_in_the_task_and_their_errors(fashion_root, tmp_path):
+    from pipelines.data.fashion_scenes import read_idx
+
+    config = apply_overrides(preset("fashion"), [
+        "data.source=fashion:8", "data.valid_size=2", "data.test_size=2",
+        f"data.fashion_root={fashion_root}", "image.height=32",
+        "image.width=32"])  # fmt: skip
+    data = TASK.load_data(config)
+    example = data.train[0]
+    assert Image.open(io.BytesIO(example.image)).size == (64, 64)
+    boxes = [b for b in example.boxes if b is not None]
+    assert all(0 <= t < b <= 32 and 0 <= lf < r <= 32 for t, lf, b, r in boxes)
+    missing = apply_overrides(config, [f"data.fashion_root={tmp_path / 'none'}"])
+    with pytest.raises(PipelineError, match="dataset-fashion-mnist.*missing"):
+        TASK.load_data(missing)
+    cut = tmp_path / "cut.gz"
+    (fashion_root / "train-images-idx3-ubyte.gz").rename(cut)
+    import gzip
+
+    cut.write_bytes(gzip.compress(gzip.decompress(cut.read_bytes())[:-5]))
+    with pytest.raises(ValueError, match="a cut file"):
+        read_idx(cut)
+    with pytest.raises(ConfigError, match="fashion:N"):
+        TASK.load_data(apply_overrides(config, ["data.source=fashion:x"]))
+
+
+# -- a keras.applications backbone ----------------------------------------------------
+
+
+def test_an_application_backbone_reads_gray_images_and_a_weights_file(tmp_path):
+    from pipelines.captioning.model import Captioner
+
+    config = apply_overrides(preset("tiny"), [
+        "model.backbone=MobileNetV2", "image.height=64", "image.width=96"])  # fmt: skip
+    model = Captioner(config.model, config.image, vocab_size=12, max_length=6)
+    assert model.grid == (2, 3)  # MobileNetV2 reduces by 32
+    images = np.random.default_rng(0).random((2, 64, 96, 1)).astype("float32")
+    logits = model.trainer({"image": images, "target_in": np.ones((2, 4), "int32")})
+    assert logits.shape == (2, 4, 12)
+    # The gray image reaches the network as three equal channels in [-1, 1].
+    seen = model.cnn[0](images)
+    assert seen.shape == (2, 64, 96, 3)
+    np.testing.assert_allclose(seen[..., 2], images[..., 0] * 2 - 1, atol=1e-5)
+    backbone = model.cnn[1]
+    path = tmp_path / "notop.weights.h5"
+    backbone.save_weights(path)
+    given = apply_overrides(config, [f"model.backbone_weights={path}",
+                                     "model.backbone_trainable=false"])  # fmt: skip
+    again = Captioner(given.model, given.image, vocab_size=12, max_length=6)
+    for a, b in zip(backbone.weights, again.cnn[1].weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not again.cnn[1].trainable_weights
+    missing = apply_overrides(config, [f"model.backbone_weights={tmp_path / 'x.h5'}"])
+    with pytest.raises(PipelineError, match="backbone_weights: no such file"):
+        Captioner(missing.model, missing.image, vocab_size=12, max_length=6)
+    small = apply_overrides(config, ["image.height=16", "image.width=16"])
+    with pytest.raises(PipelineError, match="MobileNetV2 cannot read 16 x 16"):
+        Captioner(small.model, small.image, vocab_size=12, max_length=6)
+
+
+@pytest.mark.slow  # a Transformer traced for training and for serving: 15 s
+def test_a_transformer_decoder_serves_what_it_reads_teacher_forced():
+    """``model.decoder=transformer``: the export's greedy words are the argmax
+    of the teacher-forced blocks, and each word's attention (the last
+    block's cross-attention, averaged over heads) is a distribution over the
+    grid."""
+    with pytest.raises(ConfigError, match="decoder=transformer.*attention=hard"):
+        apply_overrides(preset("tiny"), ["model.decoder=transformer",
+                                         "model.attention=hard"])  # fmt: skip
+    config = apply_overrides(preset("tiny"), [
+        "model.decoder=transformer", "model.num_heads=2", "model.intermediate_dim=16",
+        "model.num_layers=2"])  # fmt: skip
+    data = TASK.load_data(config)
+    tokenizer = TASK.preprocessors(None, data, config, create=False)
+    model = TASK.build_model(config, tokenizer)
+    module = TASK.serving_module(model, tokenizer, config)
+    images = [e.image for e in data.test[:2]]
+    out = module.signatures()["serving_default"](
+        image=tf.constant(images), beam_width=tf.constant(1)
+    )
+    pixels = decode_images(tf.constant(images), config.image)
+    for b in range(2):
+        length = int(out["length"][b])
+        ids = [START]
+        for _ in range(length):
+            logits = model.trainer({"image": pixels[b : b + 1],
+                                    "target_in": tf.constant([ids])})  # fmt: skip
+            ids.append(int(np.argmax(logits[0, -1])))
+        written = tokenizer.detokenize(tf.constant([ids[1:length]])).numpy()[0]
+        assert out["caption"][b].numpy().decode() == written.decode()
+        assert ids[length] == END or length == config.tokenizer.max_words + 1
+        rows = out["attention"][b].numpy()
+        np.testing.assert_allclose(rows[:length].sum((1, 2)), 1.0, rtol=1e-5)
+        assert not rows[length:].any()
