@@ -112,9 +112,8 @@ class ModelConfig:
     the RNN decoder.
 
     ``grid_kernel`` sets how far a cell sees. With two pools a cell is 4
-    pixels wide and sees 16 pixels with ``grid_kernel=1``, 32 with 3; the
-    wider view lets the attention rest beside an object and still read it,
-    which blurs where it looks (see docs/pipelines/captioning.md).
+    pixels wide and sees 16 pixels with ``grid_kernel=1``, 32 with 3 (see
+    docs/pipelines/captioning.md for what each did to the localisation).
     """
 
     backbone: Literal[
@@ -191,7 +190,6 @@ class CaptioningConfig(RunConfig):
 def _digits() -> CaptioningConfig:
     return CaptioningConfig(
         name="digits",
-        model=ModelConfig(grid_kernel=1),
         train=TrainConfig(
             epochs=20,
             batch_size=64,
@@ -224,7 +222,7 @@ def _fashion() -> CaptioningConfig:
         data=DataConfig(source="fashion:20000"),
         image=ImageConfig(height=64, width=64),
         tokenizer=TokenizerConfig(max_words=13),  # 4 items: 13 words
-        model=ModelConfig(pools=3, grid_kernel=1),
+        model=ModelConfig(pools=3),
         train=TrainConfig(
             epochs=20,
             batch_size=64,
