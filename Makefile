@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST := $(BIN)/python -m pytest -p no:randomly --durations=15
+PYTEST := $(BIN)/python -m pytest -p no:randomly --durations=30
 
 .PHONY: install demo test test-fast test-slow bench docs lint clean
 

@@ -76,6 +76,9 @@ SLOW_LAYER_CLAUSES = {
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
+    # The longest single test (`make demo`, about 150 s) goes first, so that
+    # no worker runs it alone at the end of the slow session.
+    items.sort(key=lambda item: item.path.name != "test_demo.py")
     for item in items:
         if pipeline_group(item.nodeid) in SLOW_TASKS:
             item.add_marker(pytest.mark.slow)
