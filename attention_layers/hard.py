@@ -24,6 +24,7 @@ cannot be forgotten (the user never writes the surrogate), and a scalar
 same layers without ``ReinforceLoss`` and export that.
 """
 
+import numbers
 import warnings
 
 import keras
@@ -166,7 +167,7 @@ class HardAttention(BahdanauAttention):
             raise self._error("temperature", "a number > 0", repr(temperature))
         if (
             isinstance(sample_probability, bool)
-            or not isinstance(sample_probability, int | float)
+            or not isinstance(sample_probability, numbers.Real)
             or not 0.0 < sample_probability <= 1.0
         ):
             raise self._error(

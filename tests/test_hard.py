@@ -208,6 +208,10 @@ def test_sample_probability_mixes_samples_and_the_expectation():
     assert pure is None or not pure.any()
     with pytest.raises(ValueError, match="`sample_probability`.*received 0"):
         al.HardAttention(4, sample_probability=0)
+    assert (
+        al.HardAttention(4, sample_probability=np.float32(0.5)).sample_probability
+        == 0.5
+    )
     config = al.HardAttention(4, sample_probability=0.5).get_config()
     assert al.HardAttention.from_config(config).sample_probability == 0.5
     del config["sample_probability"]  # a config from before the option

@@ -89,8 +89,8 @@ class ModelConfig:
 
     ``attention="hard"`` samples one cell per word in training (Xu et al.'s
     stochastic hard attention), trained by REINFORCE
-    (`attention_layers.ReinforceLoss`: the caption's negative
-    log-likelihood as the cost, a moving-average baseline with
+    (`attention_layers.ReinforceLoss`: the caption's mean negative
+    log-likelihood per word, `SequenceNLL`, as the cost, a moving-average baseline with
     ``baseline_decay``, an entropy bonus of ``entropy_weight``); each caption
     samples with ``sample_probability`` and otherwise attends softly (Xu et
     al.: 0.5). Decoding attends to the most probable cell. It needs

@@ -70,6 +70,8 @@ def caption_cider(hypotheses: list[str], references: list[tuple[str, ...]]) -> d
         from pycocoevalcap.cider.cider import Cider
     except ImportError:
         return {}
+    if not references:
+        return {}
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
     split = Tokenizer13a()

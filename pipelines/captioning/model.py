@@ -14,7 +14,7 @@ layers replace the GRU: they cross-attend to the grid, and decode through
 their KV caches (`attention_layers.decoding.transformer_step_fn`).
 
 With ``attention="hard"`` the attention is `attention_layers.HardAttention`
-and the caption's negative log-likelihood trains it by REINFORCE
+and the caption's mean negative log-likelihood per word trains it by REINFORCE
 (`attention_layers.ReinforceLoss`, which adds the whole loss itself: the
 trainer then takes the targets as the input ``target_out`` too and is
 compiled without a loss).

@@ -66,8 +66,13 @@ def read_idx(path: Path) -> np.ndarray:
     dimensions, each dimension as a big-endian uint32, then the data.
     """
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        data = handle.read()
+    try:
+        with opener(path, "rb") as handle:
+            data = handle.read()
+    except (EOFError, gzip.BadGzipFile) as error:
+        raise ValueError(
+            f"{path} is not a whole gzip file (a cut file?): {error}"
+        ) from None
     if len(data) < 4 or data[:2] != b"\0\0" or data[2] != 0x08:
         raise ValueError(f"{path} is not an IDX file of unsigned bytes")
     rank = data[3]

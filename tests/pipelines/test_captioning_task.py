@@ -474,7 +474,10 @@ def test_fashion_scenes_in_the_task_and_their_errors(fashion_root, tmp_path):
 
     cut.write_bytes(gzip.compress(gzip.decompress(cut.read_bytes())[:-5]))
     with pytest.raises(ValueError, match="a cut file"):
-        read_idx(cut)
+        read_idx(cut)  # a whole gzip stream of too few values
+    cut.write_bytes(cut.read_bytes()[:-12])
+    with pytest.raises(ValueError, match="not a whole gzip file"):
+        read_idx(cut)  # the gzip stream itself cut short
     with pytest.raises(ConfigError, match="fashion:N"):
         TASK.load_data(apply_overrides(config, ["data.source=fashion:x"]))
 
@@ -541,7 +544,8 @@ def test_a_transformer_decoder_serves_what_it_reads_teacher_forced():
             logits = model.trainer({"image": pixels[b : b + 1],
                                     "target_in": tf.constant([ids])})  # fmt: skip
             ids.append(int(np.argmax(logits[0, -1])))
-        written = tokenizer.detokenize(tf.constant([ids[1:length]])).numpy()[0]
+        # detokenize cuts at [END]; at the length cap every word is written.
+        written = tokenizer.detokenize(tf.constant([ids[1:]])).numpy()[0]
         assert out["caption"][b].numpy().decode() == written.decode()
         assert ids[length] == END or length == config.tokenizer.max_words + 1
         rows = out["attention"][b].numpy()
