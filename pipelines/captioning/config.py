@@ -217,22 +217,14 @@ def _tiny() -> CaptioningConfig:
 
 
 def _fashion() -> CaptioningConfig:
-    return CaptioningConfig(
-        name="fashion",
-        data=DataConfig(source="fashion:20000"),
-        image=ImageConfig(height=64, width=64),
-        tokenizer=TokenizerConfig(max_words=13),  # 4 items: 13 words
-        model=ModelConfig(pools=3),
-        train=TrainConfig(
-            epochs=20,
-            batch_size=64,
-            learning_rate=2e-3,
-            early_stopping_patience=4,
-            lr_reduce_factor=0.5,
-            lr_reduce_patience=2,
-        ),
-        decode=DecodeConfig(beam_width=4, default_beam_width=1, length_penalty=0.0),
-    )
+    """The `digits` run's training and decoding, on 64 x 64 scenes."""
+    config = _digits()
+    config.name = "fashion"
+    config.data = DataConfig(source="fashion:20000")
+    config.image = ImageConfig(height=64, width=64)
+    config.tokenizer = TokenizerConfig(max_words=13)  # 4 items: 13 words
+    config.model = ModelConfig(pools=3)
+    return config
 
 
 PRESETS = {"digits": _digits, "fashion": _fashion, "tiny": _tiny}
