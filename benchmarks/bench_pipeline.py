@@ -30,12 +30,16 @@ Measured in one process, candidates alternating (see REFERENCE.md):
    turn, then decode greedily; the clock counts training only (tracing
    included), and a candidate stops once it reaches the mark.
 3. **Exports**: ours through `pipelines.core.export.publish` (warmup file,
-   op audit), the peer through ``tf.saved_model.save`` plus the same audit;
-   each is loaded back with ``tf.saved_model.load`` and its first call timed.
+   op audit), once as is and once with its decoding compiled by XLA
+   (``ours_xla``: ``export.jit_compile=true``), the peer through
+   ``tf.saved_model.save`` plus the same audit; each is loaded back with
+   ``tf.saved_model.load`` and its first call timed.
 4. **Exported sentences/s**: greedy at batch 1 and 64 (ours with
-   ``beam_width=1``), and ours's beam-4 against the peer's greedy.
+   ``beam_width=1``), and ours's beam-4 against the peer's greedy; both
+   exports of ours. Two warm-up rounds come first (XLA compiles there).
 5. **Latency from 8 threads** through TensorFlow's C++ loader
-   (`pipelines.core.cloader.bench`, TF Serving's path): p50 and p99.
+   (`pipelines.core.cloader.bench`, TF Serving's path): p50 and p99, after
+   one untimed request (TF Serving's warmup).
 
 Usage: ``python -m benchmarks.bench_pipeline [--rounds N] [--max-epochs N]
 [--xla] [--json out]`` (about 20 minutes on two cores with the defaults).
@@ -369,6 +373,7 @@ def time_to_quality(models, train_sets, greedy, held_out, max_epochs, chunk, mar
 def export_both(task, config, models, tokenizers, base: Path) -> dict:
     import tensorflow as tf
 
+    from pipelines.core import config as config_lib
     from pipelines.core.export import audit_ops, publish
 
     out = {}
@@ -382,6 +387,19 @@ def export_both(task, config, models, tokenizers, base: Path) -> dict:
         warmup=("serving_default", module.warmup_requests()),
     )
     out["ours"] = {"path": str(path), "export_s": round(time.perf_counter() - t0, 2)}
+    # The same model, its decoding compiled by XLA (export.jit_compile).
+    t0 = time.perf_counter()
+    xla_config = config_lib.apply_overrides(config, ["export.jit_compile=true"])
+    module = task.serving_module(models["ours"], tokenizers, xla_config)
+    path = publish(
+        module,
+        module.signatures(),
+        base,
+        "ours_xla",
+        warmup=("serving_default", module.warmup_requests()),
+    )
+    seconds = round(time.perf_counter() - t0, 2)
+    out["ours_xla"] = {"path": str(path), "export_s": seconds}
     t0 = time.perf_counter()
     peer = peer_module(
         models["peer"],
@@ -402,7 +420,8 @@ def export_both(task, config, models, tokenizers, base: Path) -> dict:
     }
     # TF2's loader wants every input; TF Serving fills the defaults in.
     out["ours"]["length_penalty"] = config.decode.length_penalty
-    for name in ("ours", "peer"):
+    out["ours_xla"]["length_penalty"] = config.decode.length_penalty
+    for name in ("ours", "ours_xla", "peer"):
         t0 = time.perf_counter()
         fn = tf.saved_model.load(out[name]["path"]).signatures["serving_default"]
         fn(source=tf.constant(["9 mars 1987"]), **_options(out[name], 1))
@@ -425,6 +444,8 @@ def serving_throughput(exports: dict, held_out, rounds: int) -> dict:
     import tensorflow as tf
 
     ours = tf.saved_model.load(exports["ours"]["path"]).signatures["serving_default"]
+    xla = tf.saved_model.load(exports["ours_xla"]["path"])
+    xla = xla.signatures["serving_default"]
     peer = tf.saved_model.load(exports["peer"]["path"]).signatures["serving_default"]
     sources = [s for s, _ in held_out]
     greedy, beam = _options(exports["ours"], 1), _options(exports["ours"], 4)
@@ -435,6 +456,8 @@ def serving_throughput(exports: dict, held_out, rounds: int) -> dict:
         fns = {
             "ours_greedy": lambda t=texts: ours(source=t, **greedy),
             "ours_beam4": lambda t=texts: ours(source=t, **beam),
+            "ours_xla_greedy": lambda t=texts: xla(source=t, **greedy),
+            "ours_xla_beam4": lambda t=texts: xla(source=t, **beam),
             "peer_greedy": lambda t=texts: peer(source=t),
         }
         wall, _ = paired.paired_rounds(fns, rounds, reps=reps, warmup=2)
@@ -447,6 +470,12 @@ def serving_throughput(exports: dict, held_out, rounds: int) -> dict:
             ),
             "beam4_ratio": paired.summary(
                 paired.ratios(wall["peer_greedy"], wall["ours_beam4"])
+            ),
+            "xla_greedy_ratio": paired.summary(
+                paired.ratios(wall["peer_greedy"], wall["ours_xla_greedy"])
+            ),
+            "xla_beam4_ratio": paired.summary(
+                paired.ratios(wall["peer_greedy"], wall["ours_xla_beam4"])
             ),
         }
         log(
@@ -466,6 +495,8 @@ def c_loader_latency(exports: dict, rounds: int, requests: int) -> dict:
     feeds = {
         "ours_greedy": ("ours", {"source": one, "beam_width": np.int32(1)}),
         "ours_beam4": ("ours", {"source": one, "beam_width": np.int32(4)}),
+        "ours_xla_greedy": ("ours_xla", {"source": one, "beam_width": np.int32(1)}),
+        "ours_xla_beam4": ("ours_xla", {"source": one, "beam_width": np.int32(4)}),
         "peer_greedy": ("peer", {"source": one}),
     }
     results = {name: [] for name in feeds}
@@ -664,6 +695,10 @@ def report(results: dict) -> str:
         lines.append(f"  greedy ours/peer {paired.fmt_spread(s['greedy_ratio'])}")
         lines.append(
             f"  beam-4 ours / peer greedy {paired.fmt_spread(s['beam4_ratio'])}"
+        )
+        lines.append(
+            f"  XLA export: greedy / peer {paired.fmt_spread(s['xla_greedy_ratio'])}, "
+            f"beam-4 / peer greedy {paired.fmt_spread(s['xla_beam4_ratio'])}"
         )
     for name, s in results.get("c_loader", {}).items():
         lines.append(

@@ -126,12 +126,19 @@ def cmd_evaluate(task, args) -> None:
 def export_run(task, run_dir, base, name, version, overrides) -> Path:
     """Export a trained run under ``export.dtype``; returns the version folder."""
     from pipelines.core.export import publish
+    from pipelines.core.run_dir import PipelineError
     from pipelines.core.trainer import dtype_policy, load_trained
 
     config = _trained_config(task, run_dir, overrides)
     config, preprocessors, model = load_trained(task, run_dir, config=config)
     with dtype_policy(config.export.dtype):
         module = task.serving_module(model, preprocessors, config)
+        if config.export.jit_compile and not module.compiles_decoding:
+            raise PipelineError(
+                f"export: `export.jit_compile=true` needs a decoding loop to "
+                f"compile; the {task.name} task's export has none that does. "
+                "Leave it false."
+            )
         requests = module.warmup_requests() if config.export.warmup else []
         warmup = ("serving_default", requests) if requests else None
         path = publish(

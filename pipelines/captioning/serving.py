@@ -24,11 +24,14 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pipelines.captioning.images import decode_images
+from pipelines.core.compiled import bucket, pad_rows, xla
 from pipelines.core.search import best_hypothesis, checked_search_options
 from pipelines.core.serving import ServingModule
 
 
 class CaptionServer(ServingModule):
+    compiles_decoding = True
+
     def __init__(self, model, tokenizer, config):
         super().__init__(model.trainer, name="captioner")
         self.model = model
@@ -39,6 +42,9 @@ class CaptionServer(ServingModule):
         self.max_beams = config.decode.beam_width
         self.default_beam_width = config.decode.default_beam_width
         self.default_length_penalty = config.decode.length_penalty
+        self.jit_compile = config.export.jit_compile
+        if self.jit_compile:
+            self.compiled_search = xla(self.search)
 
     def checked_options(self, beam_width, length_penalty):
         return checked_search_options(beam_width, length_penalty, self.max_beams)
@@ -51,6 +57,17 @@ class CaptionServer(ServingModule):
             self.max_length, self.max_beams, beam_width, length_penalty,
         )  # fmt: skip
 
+    def decode(self, images, beam_width, length_penalty) -> dict:
+        """`search`, or under ``export.jit_compile`` its XLA-compiled form on
+        a batch padded to a power of two (`pipelines.core.compiled`)."""
+        if not self.jit_compile:
+            return self.search(images, beam_width, length_penalty)
+        rows = tf.shape(images)[0]
+        out = self.compiled_search(
+            pad_rows(images, bucket(rows)), beam_width, length_penalty
+        )
+        return {key: value[:rows] for key, value in out.items()}
+
     def caption(self, images, beam_width=None, length_penalty=None) -> dict:
         """Captions and their attention for a batch of PNG or JPEG files."""
         if beam_width is None:
@@ -62,7 +79,7 @@ class CaptionServer(ServingModule):
         return self.caption_pixels(pixels, beam_width, length_penalty)
 
     def caption_pixels(self, pixels, beam_width, length_penalty) -> dict:
-        out = self.search(pixels, beam_width, length_penalty)
+        out = self.decode(pixels, beam_width, length_penalty)
         tokens = out["tokens"]
         # Decoding stops at max_length even without [END]; rows past the
         # written words (and [END]) are zero.

@@ -122,10 +122,14 @@ class DecodeConfig:
 
 @dataclass
 class ExportConfig:
-    """The SavedModel: its compute dtype, whatever the training process used."""
+    """The SavedModel: its compute dtype (whatever the training process used),
+    its warmup file, and whether XLA compiles its decoding."""
 
     dtype: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     warmup: bool = True  # write assets.extra/tf_serving_warmup_requests
+    # Decode with XLA, inputs padded to a few shapes (pipelines.core.compiled);
+    # TF Serving then needs --xla_cpu_compilation_enabled=true.
+    jit_compile: bool = False
 
 
 @dataclass

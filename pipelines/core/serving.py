@@ -36,8 +36,11 @@ class ServingModule(tf.Module):
     """Base of a task's exported module: the model's variables, tracked.
 
     Subclasses define `signatures` (name -> ``tf.function`` with an input
-    signature; ``serving_default`` among them) and `warmup_requests`.
+    signature; ``serving_default`` among them) and `warmup_requests`. One
+    whose decoding honours ``export.jit_compile`` sets `compiles_decoding`.
     """
+
+    compiles_decoding = False
 
     def __init__(self, trainer, name: str):
         super().__init__(name=name)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from pipelines.core.compiled import bucket, pad_columns, pad_rows, xla
 from pipelines.core.search import best_hypothesis, checked_search_options
 from pipelines.core.serving import ServingModule, checked_ids, checked_strings
 from pipelines.core.text import PAD
@@ -39,6 +40,8 @@ def samples_for(config) -> list[str]:
 
 
 class Translator(ServingModule):
+    compiles_decoding = True
+
     def __init__(self, model, source_tokenizer, target_tokenizer, config):
         super().__init__(model.trainer, name="translator")
         self.model = model
@@ -50,6 +53,9 @@ class Translator(ServingModule):
         self.default_beam_width = config.decode.default_beam_width
         self.default_length_penalty = config.decode.length_penalty
         self.samples = samples_for(config)
+        self.jit_compile = config.export.jit_compile
+        if self.jit_compile:
+            self.compiled_decode_ids = xla(self.decode_ids)
 
     # -- pieces -----------------------------------------------------------
     def source_ids(self, strings) -> tf.Tensor:
@@ -87,6 +93,22 @@ class Translator(ServingModule):
         )
         return out
 
+    def decode(self, source_ids, beam_width, length_penalty) -> dict:
+        """`decode_ids`, or under ``export.jit_compile`` its XLA-compiled
+        form on ids padded to bucketed shapes (`pipelines.core.compiled`)."""
+        if not self.jit_compile:
+            return self.decode_ids(source_ids, beam_width, length_penalty)
+        rows, columns = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        padded = pad_columns(
+            pad_rows(source_ids, bucket(rows)),
+            bucket(columns, smallest=8, cap=self.max_source),
+            PAD,
+        )
+        out = self.compiled_decode_ids(padded, beam_width, length_penalty)
+        out = {key: value[:rows] for key, value in out.items()}
+        out["alignments"] = out["alignments"][:, :, :columns]
+        return out
+
     def traced_translate(self):
         """`translate` as one ``tf.function`` (traced once, reused for any batch)."""
         if not hasattr(self, "_traced"):
@@ -109,7 +131,7 @@ class Translator(ServingModule):
         strings = checked_strings("source", strings)
         beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
         source_ids = self.source_ids(strings)
-        out = self.decode_ids(source_ids, beam_width, length_penalty)
+        out = self.decode(source_ids, beam_width, length_penalty)
         tokens = out["tokens"]
         return {
             "translation": self.target_tokenizer.detokenize(tokens),
@@ -125,7 +147,7 @@ class Translator(ServingModule):
             "source_ids", source_ids, self.source_tokenizer.vocab_size
         )
         beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
-        out = self.decode_ids(source_ids, beam_width, length_penalty)
+        out = self.decode(source_ids, beam_width, length_penalty)
         return {
             "target_ids": out["tokens"],
             "score": out["scores"],

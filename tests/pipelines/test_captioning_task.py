@@ -350,6 +350,28 @@ def test_greedy_and_beam_decoding_return_the_same_fields(untrained):
     assert captioning_data.is_image(data.test[0].image)
 
 
+def test_an_xla_compiled_search_captions_as_the_plain_one(untrained):
+    """``export.jit_compile=true``: the search compiled by XLA on a batch
+    padded to a power of two (3 rows to 4) gives the plain module's outputs."""
+    config, data, tokenizer, model, module = untrained
+    compiled = TASK.serving_module(
+        model, tokenizer, apply_overrides(config, ["export.jit_compile=true"])
+    )
+    assert compiled.compiles_decoding
+    images = tf.constant([e.image for e in data.test[:3]])
+    plain_fn = module.signatures()["serving_default"]
+    xla_fn = compiled.signatures()["serving_default"]
+    for width, batch in ((1, images), (3, images), (1, images[:0])):
+        options = {"beam_width": tf.constant(width), "length_penalty": tf.constant(0.0)}
+        want, got = plain_fn(image=batch, **options), xla_fn(image=batch, **options)
+        for key, value in want.items():
+            assert got[key].shape == value.shape, (width, key)
+            if value.dtype == tf.string:
+                assert got[key].numpy().tolist() == value.numpy().tolist(), key
+            else:
+                np.testing.assert_allclose(got[key], value, atol=1e-4, err_msg=key)
+
+
 @pytest.mark.slow  # a model traced for training and for serving: 20 s
 def test_hard_attention_trains_by_reinforce_and_serves_one_cell_per_word():
     """``model.attention=hard``: the targets reach the model's ReinforceLoss,

@@ -584,6 +584,30 @@ def test_killed_exports_leave_no_hidden_folder_behind(tmp_path):
     assert path.name == "1"
 
 
+def test_jit_compile_is_refused_where_no_decoding_compiles(tmp_path, monkeypatch):
+    """``export.jit_compile=true`` on a task whose module sets no
+    `compiles_decoding` stops the export before anything is written."""
+    import types
+
+    from pipelines import cli
+    from pipelines.core import trainer
+    from pipelines.core.serving import ServingModule
+
+    config = config_lib.apply_overrides(ToyConfig(), ["export.jit_compile=true"])
+    monkeypatch.setattr(cli, "_trained_config", lambda *a: config)
+    monkeypatch.setattr(trainer, "load_trained", lambda *a, **k: (config, None, None))
+    task = types.SimpleNamespace(
+        name="toy", serving_module=lambda *a: ServingModule(_Trainer(), "toy")
+    )
+    with pytest.raises(PipelineError, match="the toy task's export has none"):
+        cli.export_run(task, tmp_path / "run", tmp_path / "serving", None, None, [])
+    assert not (tmp_path / "serving").exists()
+
+
+class _Trainer:
+    variables = ()
+
+
 def test_a_failed_export_leaves_nothing(tmp_path):
     from pipelines.core.export import publish
 

@@ -104,6 +104,40 @@ def test_translate_is_an_alias_of_predict(case, tmp_path, capfd):
     assert png.stat().st_size > 2000
 
 
+def test_an_xla_export_serves_what_the_plain_one_does(case, tmp_path, capfd):
+    """``export.jit_compile=true``: decoding compiled by XLA on padded shapes
+    answers every request as the plain export does, through the C loader."""
+    from pipelines.core import cloader
+
+    base = tmp_path / "serving"
+    code = _main("translation", "export", "--run-dir", case.run_dir, "--base", base,
+                 "--name", "xla", "--set", "export.jit_compile=true")  # fmt: skip
+    assert code == 0, capfd.readouterr().err[-2000:]
+    texts = np.array(SAMPLES + ["", "9 mars"], dtype=object)  # 5 rows: padded to 8
+    requests = [
+        {"source": texts, "beam_width": np.int32(1)},
+        {"source": texts, "beam_width": np.int32(3)},
+        {"source": texts[:1], "beam_width": np.int32(1)},
+        {"source": np.array([], dtype=object)},
+    ]
+    plain = cloader.serve(case.export_dir, requests)
+    compiled = cloader.serve(base / "xla" / "1", requests)
+    for want, got in zip(plain, compiled, strict=True):
+        assert got.ok, got.message
+        assert set(got.outputs) == set(want.outputs)
+        for key, value in want.outputs.items():
+            assert got.outputs[key].shape == value.shape, key
+            if value.dtype == object:
+                np.testing.assert_array_equal(got.outputs[key], value, err_msg=key)
+            else:
+                np.testing.assert_allclose(
+                    got.outputs[key], value, atol=1e-4, err_msg=key
+                )
+    assert compiled[0].outputs["translation"][3] == b""
+    graph = (base / "xla" / "1" / "saved_model.pb").read_bytes()
+    assert b"_XlaMustCompile" in graph
+
+
 def test_data_summary_counts_what_was_dropped_and_cut(tmp_path):
     from pipelines.translation.config import preset
     from pipelines.translation.data import load_data
