@@ -24,7 +24,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pipelines.captioning.images import decode_images
-from pipelines.core.compiled import bucket, pad_rows, xla
+from pipelines.core.compiled import call_bucketed, xla
 from pipelines.core.search import best_hypothesis, checked_search_options
 from pipelines.core.serving import ServingModule
 
@@ -62,11 +62,7 @@ class CaptionServer(ServingModule):
         a batch padded to a power of two (`pipelines.core.compiled`)."""
         if not self.jit_compile:
             return self.search(images, beam_width, length_penalty)
-        rows = tf.shape(images)[0]
-        out = self.compiled_search(
-            pad_rows(images, bucket(rows)), beam_width, length_penalty
-        )
-        return {key: value[:rows] for key, value in out.items()}
+        return call_bucketed(self.compiled_search, images, beam_width, length_penalty)
 
     def caption(self, images, beam_width=None, length_penalty=None) -> dict:
         """Captions and their attention for a batch of PNG or JPEG files."""

@@ -29,6 +29,9 @@ Example:
 [[5, 6], [5, 6], [5, 6]]
 >>> pad_columns(tf.constant([[5, 6]]), tf.constant(4), 0).numpy().tolist()
 [[5, 6, 0, 0]]
+>>> out = call_bucketed(lambda x: {"x": x}, tf.ones([3, 5]), max_columns=40)
+>>> out["x"].shape  # ran as [4, 8]; the rows are cut back, the columns not
+TensorShape([3, 8])
 """
 
 from __future__ import annotations
@@ -67,3 +70,18 @@ def pad_columns(x: tf.Tensor, columns, value) -> tf.Tensor:
 def xla(fn):
     """``fn`` as a ``tf.function`` that XLA compiles (once per input shape)."""
     return tf.function(fn, jit_compile=True)
+
+
+def call_bucketed(compiled, x, *args, max_columns=None, pad_value=0) -> dict:
+    """``compiled(x_padded, *args)`` with its outputs cut back to ``x``'s rows.
+
+    ``x``'s rows are padded to their `bucket` (`pad_rows`); with
+    ``max_columns``, its axis 1 too, to a bucket of at least 8, at most
+    ``max_columns``, with ``pad_value`` (an output with that axis is the
+    caller's to cut back).
+    """
+    rows = tf.shape(x)[0]
+    x = pad_rows(x, bucket(rows))
+    if max_columns is not None:
+        x = pad_columns(x, bucket(tf.shape(x)[1], 8, max_columns), pad_value)
+    return {key: value[:rows] for key, value in compiled(x, *args).items()}

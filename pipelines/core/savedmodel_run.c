@@ -19,8 +19,9 @@
    the status message (u32 length + bytes), u32 outputs, one tensor each.
    A failing request does not stop the others: the model keeps serving.
    --bench runs the first request once untimed (a warmup), then ITERATIONS
-   times from each of THREADS threads and prints one line on stdout: "requests N failures F p50_ms X
-   p99_ms X mean_ms X requests_per_s X" (exit status 1 if any failed).
+   times from each of THREADS threads, and prints one line on stdout:
+   "requests N failures F p50_ms X p99_ms X mean_ms X requests_per_s X"
+   (exit status 1 if any failed).
 */
 #include <pthread.h>
 #include <stdint.h>

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pipelines.core.compiled import bucket, pad_columns, pad_rows, xla
+from pipelines.core.compiled import call_bucketed, xla
 from pipelines.core.search import best_hypothesis, checked_search_options
 from pipelines.core.serving import ServingModule, checked_ids, checked_strings
 from pipelines.core.text import PAD
@@ -98,15 +98,11 @@ class Translator(ServingModule):
         form on ids padded to bucketed shapes (`pipelines.core.compiled`)."""
         if not self.jit_compile:
             return self.decode_ids(source_ids, beam_width, length_penalty)
-        rows, columns = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-        padded = pad_columns(
-            pad_rows(source_ids, bucket(rows)),
-            bucket(columns, smallest=8, cap=self.max_source),
-            PAD,
-        )
-        out = self.compiled_decode_ids(padded, beam_width, length_penalty)
-        out = {key: value[:rows] for key, value in out.items()}
-        out["alignments"] = out["alignments"][:, :, :columns]
+        out = call_bucketed(
+            self.compiled_decode_ids, source_ids, beam_width, length_penalty,
+            max_columns=self.max_source, pad_value=PAD,
+        )  # fmt: skip
+        out["alignments"] = out["alignments"][:, :, : tf.shape(source_ids)[1]]
         return out
 
     def traced_translate(self):
