@@ -15,7 +15,8 @@ compiles a handful of shapes, once each, and TF Serving's warmup requests
 compile the first ones at load.
 
 TF Serving runs XLA only with ``--xla_cpu_compilation_enabled=true``; without
-it the warmup requests of such an export fail and the model is not loaded.
+it (by the flag's description, not tried here) the warmup requests of such
+an export fail and the model is not loaded.
 TensorFlow's own loaders (Python, C, ``saved_model_cli``) need nothing.
 
 Example:
