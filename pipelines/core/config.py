@@ -72,6 +72,9 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
     jit_compile: bool = False  # XLA train step over static, bucketed shapes
+    # A finished run of the same task and data whose matching weights start
+    # this run (pipelines.core.warm_start); a resumed run ignores it.
+    init_from: str | None = None
 
     def validate(self, where: str = "train.") -> None:
         if self.deterministic and self.jit_compile:

@@ -410,6 +410,27 @@ def test_hard_attention_trains_by_reinforce_and_serves_one_cell_per_word():
         assert ((rows == 0) | (rows == 1)).all() and (rows.sum((1, 2)) == 1).all()
 
 
+def test_a_hard_model_loads_a_soft_ones_weights(tmp_path):
+    """``train.init_from`` from soft to hard attention: every weight but the
+    REINFORCE baseline's loads (HardAttention keeps Bahdanau's weights)."""
+    from pipelines.core.warm_start import load_matching
+
+    soft = apply_overrides(preset("tiny"), ["model.grid_kernel=1"])
+    hard = apply_overrides(soft, ["model.attention=hard"])
+    data = TASK.load_data(soft)
+    tokenizer = TASK.preprocessors(None, data, soft, create=False)
+    trained = TASK.build_model(soft, tokenizer).trainer
+    for w in trained.weights:
+        w.assign(np.full(w.shape, 0.5, w.dtype))
+    trained.save_weights(tmp_path / "soft.weights.h5")
+    model = TASK.build_model(hard, tokenizer).trainer
+    kept = load_matching(model, tmp_path / "soft.weights.h5")
+    assert kept == ["reinforce/baseline_average", "reinforce/baseline_steps"]
+    for w in model.weights:
+        if w.path not in kept:
+            np.testing.assert_array_equal(w.numpy(), 0.5)
+
+
 # -- Fashion-MNIST scenes ------------------------------------------------------------
 
 

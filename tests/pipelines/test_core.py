@@ -321,8 +321,9 @@ class PhasedTask:
                 return x + self.value
 
         inputs = keras.Input((1,))
-        offset = Offset()
-        trainer = keras.Model(inputs, offset(keras.layers.Dense(1)(inputs)))
+        offset = Offset(name="offset")
+        dense = keras.layers.Dense(1, name="dense")
+        trainer = keras.Model(inputs, offset(dense(inputs)))
         return type("Model", (), {"trainer": trainer, "offset": offset.value})()
 
     def compile_arguments(self, config):
@@ -349,6 +350,43 @@ def test_phases_have_their_own_best_epoch_and_early_stop(tmp_path):
     assert state["stopped_early"]
     again = train(task, config, tmp_path / "run")  # finished: nothing to do
     assert again["best_epoch"] == 3 and task.started == [0, 1]
+
+
+def test_a_fresh_run_starts_from_another_runs_weights(tmp_path, capsys, monkeypatch):
+    """``train.init_from``: a fresh run loads the finished run's weights (at
+    a learning rate of 0 they stay as loaded); a resumed run keeps its own;
+    a folder with no trained run, or one made from other data, is refused."""
+    from pipelines.core import warm_start
+    from pipelines.core.trainer import load_trained, train
+
+    task = PhasedTask(())
+    first = ToyConfig()
+    first.train.epochs, first.train.strategy = 2, "default"
+    train(task, first, tmp_path / "a")
+    _, _, trained = load_trained(task, tmp_path / "a")
+    second = config_lib.apply_overrides(first, [
+        f"train.init_from={tmp_path / 'a'}", "train.learning_rate=0.0",
+        "train.epochs=1"])  # fmt: skip
+    capsys.readouterr()
+    train(task, second, tmp_path / "b")
+    assert "Initialised 2 of 3 weights" in capsys.readouterr().out  # not the offset
+    _, _, started = load_trained(task, tmp_path / "b")
+    for mine, theirs in zip(
+        started.trainer.weights, trained.trainer.weights, strict=True
+    ):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    second.train.epochs = 2  # resumed: its own backup, not the other run
+    train(task, second, tmp_path / "b")
+    assert "Initialised" not in capsys.readouterr().out
+    model = task.build_model(second, None)
+    with pytest.raises(PipelineError, match="is not a run folder"):
+        warm_start.initialise_from(task, model, second, tmp_path / "none")
+    with pytest.raises(PipelineError, match="model.weights.h5 not found"):
+        warm_start.initialise_from(task, model, second, tmp_path)
+    monkeypatch.setattr(warm_start, "SECTIONS", ("section",))
+    other = config_lib.apply_overrides(second, ["section.units=16"])
+    with pytest.raises(PipelineError, match="another `section` section"):
+        warm_start.initialise_from(task, model, other, tmp_path / "a")
 
 
 def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
