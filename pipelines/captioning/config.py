@@ -93,8 +93,9 @@ class ModelConfig:
     log-likelihood per word, `SequenceNLL`, as the cost, a moving-average baseline with
     ``baseline_decay``, an entropy bonus of ``entropy_weight``); each caption
     samples with ``sample_probability`` and otherwise attends softly (Xu et
-    al.: 0.5). Decoding attends to the most probable cell. It needs
-    ``input_feeding=False``.
+    al.: 0.5). Decoding attends to the most probable cell, or with
+    ``decode.hard_attention=soft`` to all of them by their probabilities. It
+    needs ``input_feeding=False``.
 
     ``backbone`` replaces the small CNN with a keras.applications network
     without its top (`pipelines.captioning.model.BACKBONES`), its last
@@ -145,13 +146,25 @@ class ModelConfig:
 
 
 @dataclass
+class CaptionDecodeConfig(DecodeConfig):
+    """Decoding; ``hard_attention`` is how a ``model.attention=hard`` model
+    reads the grid at evaluation and serving: the most probable cell
+    (``argmax``) or the expected context over every cell (``soft``, Xu et
+    al.'s deterministic approximation). The first word's attention peaks on
+    the same cell either way; after it the contexts differ, and so may the
+    captions and the peaks."""
+
+    hard_attention: Literal["argmax", "soft"] = "argmax"
+
+
+@dataclass
 class CaptioningConfig(RunConfig):
     name: str = "digits"
     data: DataConfig = field(default_factory=DataConfig)
     image: ImageConfig = field(default_factory=ImageConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    decode: CaptionDecodeConfig = field(default_factory=CaptionDecodeConfig)
 
     def validate(self) -> CaptioningConfig:
         super().validate()
@@ -198,7 +211,9 @@ def _digits() -> CaptioningConfig:
             lr_reduce_factor=0.5,
             lr_reduce_patience=2,
         ),
-        decode=DecodeConfig(beam_width=4, default_beam_width=1, length_penalty=0.0),
+        decode=CaptionDecodeConfig(
+            beam_width=4, default_beam_width=1, length_penalty=0.0
+        ),
     )
 
 
@@ -212,7 +227,9 @@ def _tiny() -> CaptioningConfig:
             filters=4, pools=1, units=8, attention_units=8, embedding_dim=8
         ),  # fmt: skip
         train=TrainConfig(epochs=1, batch_size=32, early_stopping_patience=1),
-        decode=DecodeConfig(beam_width=3, default_beam_width=2, eval_batch_size=64),
+        decode=CaptionDecodeConfig(
+            beam_width=3, default_beam_width=2, eval_batch_size=64
+        ),
     )
 
 

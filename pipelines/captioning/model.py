@@ -129,7 +129,14 @@ def application_backbone(m, image) -> keras.Model:
 class Captioner:
     """CNN encoder, attention decoder; see the module docstring."""
 
-    def __init__(self, config, image, vocab_size: int, max_length: int):
+    def __init__(
+        self,
+        config,
+        image,
+        vocab_size: int,
+        max_length: int,
+        hard_inference: str = "argmax",
+    ):
         m = config  # ModelConfig
         self.config = m
         images = keras.Input((image.height, image.width, image.channels), name="image")
@@ -154,10 +161,12 @@ class Captioner:
         if m.decoder == "transformer":
             logits = self._transformer_decoder(m, images, target_in, vocab_size)
         else:
-            logits = self._rnn_decoder(m, images, target_in, vocab_size, inputs)
+            logits = self._rnn_decoder(
+                m, hard_inference, images, target_in, vocab_size, inputs
+            )
         self.trainer = keras.Model(inputs, logits, name="show_attend_tell")
 
-    def _rnn_decoder(self, m, images, target_in, vocab_size, inputs):
+    def _rnn_decoder(self, m, hard_inference, images, target_in, vocab_size, inputs):
         """GRU and attention (soft or hard) over the grid; the logits."""
         hard = m.attention == "hard"
         self.bridge = keras.layers.Dense(m.units, activation="tanh", name="bridge")
@@ -165,7 +174,11 @@ class Captioner:
             vocab_size, m.embedding_dim, mask_zero=True, name="word_embedding"
         )
         attention = (
-            al.HardAttention(m.attention_units, sample_probability=m.sample_probability)
+            al.HardAttention(
+                m.attention_units,
+                sample_probability=m.sample_probability,
+                inference=hard_inference,
+            )
             if hard
             else al.BahdanauAttention(m.attention_units)
         )

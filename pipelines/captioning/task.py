@@ -79,7 +79,8 @@ class CaptioningTask(Task):
         from pipelines.captioning.model import Captioner
 
         return Captioner(config.model, config.image, preprocessors.vocab_size,
-                         max_length=config.tokenizer.max_words + 1)  # fmt: skip
+                         max_length=config.tokenizer.max_words + 1,
+                         hard_inference=config.decode.hard_attention)  # fmt: skip
 
     def compile_arguments(self, config) -> dict:
         # Captions of 1 to 5 words: a token mean would weigh a replica's

@@ -408,6 +408,20 @@ def test_hard_attention_trains_by_reinforce_and_serves_one_cell_per_word():
     for b in range(3):
         rows = out["attention"][b, : int(out["length"][b])].numpy()
         assert ((rows == 0) | (rows == 1)).all() and (rows.sum((1, 2)) == 1).all()
+    # decode.hard_attention=soft: the same weights read the expected context;
+    # each word's map is the distribution whose peak the argmax path takes.
+    soft = apply_overrides(config, ["decode.hard_attention=soft"])
+    reread = TASK.build_model(soft, tokenizer)
+    reread.trainer.set_weights(trainer.get_weights())
+    fn = TASK.serving_module(reread, tokenizer, soft).signatures()["serving_default"]
+    spread = fn(image=tf.constant([e.image for e in data.test[:3]]))
+    first = spread["attention"][:, 0].numpy()
+    np.testing.assert_allclose(first.sum((1, 2)), 1.0, rtol=1e-5)
+    assert (first < 1).all() and (first > 0).any(axis=(1, 2)).all()
+    np.testing.assert_array_equal(
+        first.reshape(3, -1).argmax(-1),
+        out["attention"][:, 0].numpy().reshape(3, -1).argmax(-1),
+    )
 
 
 def test_a_hard_model_loads_a_soft_ones_weights(tmp_path):
