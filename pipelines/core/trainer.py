@@ -351,7 +351,7 @@ def build_compiled(task: Task, config, preprocessors, strategy) -> Any:
         if model.trainer.built:
             # Keras would build the optimizer inside the first traced train
             # step; a variable made while tracing makes tf.function trace the
-            # step twice (3.5 s of the dates model's 8.3 s first step).
+            # step twice (3.5 s of an 8.3 s first step in docs/benchmarks.md).
             model.trainer.optimizer.build(model.trainer.trainable_variables)
     return model
 
