@@ -75,7 +75,9 @@ class MemoryNetwork(keras.layers.Layer):
     ``p = softmax(u^k . m_i)``, ``o = sum_i p_i c_i``,
     ``u^{k+1} = u^k + o`` (``H u^k + o`` under layer-wise tying).
 
-    The answer logits are ``W u^{K+1}``, ``[B, vocab_size]``.
+    The answer logits are ``W u^{K+1}``, ``[B, vocab_size]``; with
+    ``readout_units=h > 0``, ``W (u + V relu(U u + b))`` for ``u = u^{K+1}``
+    (not in the paper; see below).
 
     * ``l_j`` is the position encoding ``l_kj = (1 - j/J) - (k/d)(1 - 2j/J)``
       (`position_encoding`), with ``J`` the number of real words of that
@@ -110,6 +112,13 @@ class MemoryNetwork(keras.layers.Layer):
       which shifts the older sentences' temporal rows (clipped to the last
       row) and keeps ``T_A``, ``T_C`` from learning positions by heart.
       Nothing changes at inference.
+    * ``readout_units=h`` (not in the paper) adds a ReLU layer of ``h`` units
+      beside the linear readout, as a residual: ``U`` ``[d, h]`` with bias
+      ``b``, ``V`` ``[h, d]`` starting at zero, so training starts from the
+      paper's readout. A linear readout of ``u = u^1 + o^1 + ... + o^K``
+      cannot compare what the question names with what the hops read (bAbI's
+      yes/no questions: is the place read the place asked?); a hidden layer
+      can.
 
     Args:
         vocab_size: ``V``, the number of word ids (id 0 is padding).
@@ -129,6 +138,8 @@ class MemoryNetwork(keras.layers.Layer):
             inserted in training (the paper: 0.1); needs the temporal
             encoding.
         seed: the seed of that noise.
+        readout_units: ``h``, the hidden units of the residual readout; 0 (the
+            default) keeps the paper's linear one.
         **kwargs: standard ``keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -182,6 +193,7 @@ class MemoryNetwork(keras.layers.Layer):
         linear_start=False,
         temporal_noise=0.0,
         seed=None,
+        readout_units=0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -190,6 +202,11 @@ class MemoryNetwork(keras.layers.Layer):
         self.max_memories = check_positive_int(self, "max_memories", max_memories)
         self.max_words = check_positive_int(self, "max_words", max_words)
         self.hops = check_positive_int(self, "hops", hops)
+        if isinstance(readout_units, bool) or readout_units != 0:
+            check_positive_int(
+                self, "readout_units", readout_units, meaning="(or 0: linear)"
+            )
+        self.readout_units = int(readout_units)
         for name, value in (
             ("position_encoding", position_encoding),
             ("temporal_encoding", temporal_encoding),
@@ -292,6 +309,8 @@ class MemoryNetwork(keras.layers.Layer):
                         name=f"temporal_{name}",
                     )
                 )
+        if self.readout_units:
+            self._build_readout()
         if adjacent:
             self.question_embedding = self.embeddings[0]  # B = A^1
             return
@@ -321,6 +340,25 @@ class MemoryNetwork(keras.layers.Layer):
             name="answer",
         )
         self.answer.build((None, self.embed_dim))
+
+    def _build_readout(self):
+        # Seed index 2 and up: hop_map and answer take 0 and 1.
+        self.readout_hidden = keras.layers.Dense(
+            self.readout_units,
+            activation="relu",
+            kernel_initializer=fresh_initializer(self.kernel_initializer, 2),
+            dtype=self.dtype_policy,
+            name="readout_hidden",
+        )
+        self.readout_hidden.build((None, self.embed_dim))
+        self.readout_output = keras.layers.Dense(
+            self.embed_dim,
+            use_bias=False,
+            kernel_initializer="zeros",
+            dtype=self.dtype_policy,
+            name="readout_output",
+        )
+        self.readout_output.build((None, self.readout_units))
 
     def _check_shapes(self, story_shape, question_shape):
         story, question = static_shape(story_shape), static_shape(question_shape)
@@ -455,6 +493,8 @@ class MemoryNetwork(keras.layers.Layer):
             o = ops.sum(ops.expand_dims(p, -1) * c, axis=1)
             u = (u if self.weight_tying == "adjacent" else self.hop_map(u)) + o
             attention.append(p)
+        if self.readout_units:
+            u = u + self.readout_output(self.readout_hidden(u))
         if self.weight_tying == "adjacent":
             table = ops.cast(self.embeddings[-1].embeddings, dtype)  # W^T = C^K
             logits = ops.matmul(u, ops.transpose(table))
@@ -482,4 +522,5 @@ class MemoryNetwork(keras.layers.Layer):
             "linear_start": self.linear_start,
             "temporal_noise": self.temporal_noise,
             "seed": self.seed,
+            "readout_units": self.readout_units,
         }

@@ -54,7 +54,9 @@ def np_forward(
 ):
     """Logits ``[B, V]`` and attention ``[B, hops, M]``, one example at a time.
 
-    ``linear``: the linear start, ``p_i = u . m_i`` on real memories."""
+    ``linear``: the linear start, ``p_i = u . m_i`` on real memories. With
+    ``w["U"]``, ``w["b"]``, ``w["V"]``: the residual readout
+    ``u + V relu(U u + b)``."""
     logits, attention = [], []
     for x, q in zip(story, question, strict=True):
         real = (x != 0).any(-1)
@@ -79,6 +81,8 @@ def np_forward(
                 p = e / e.sum()
             u = (u if tying == "adjacent" else u @ w["H"]) + p @ cv
             ps.append(p)
+        if "U" in w:
+            u = u + np.maximum(u @ w["U"] + w["b"], 0.0) @ w["V"]
         logits.append(u @ w["E"][-1].T if tying == "adjacent" else u @ w["W"])
         attention.append(ps)
     return np.array(logits), np.array(attention)
@@ -103,6 +107,12 @@ def random_weights(layer, seed=1):
         layer.question_embedding.embeddings.assign(w["B"])
         layer.hop_map.kernel.assign(w["H"])
         layer.answer.kernel.assign(w["W"])
+    if layer.readout_units:
+        h = layer.readout_units
+        w["U"], w["b"], w["V"] = draw((D, h)), draw((h,)), draw((h, D))
+        layer.readout_hidden.kernel.assign(w["U"])
+        layer.readout_hidden.bias.assign(w["b"])
+        layer.readout_output.kernel.assign(w["V"])
     return w
 
 
@@ -117,15 +127,17 @@ QUESTION = np.array([[6, 1, 0], [5, 4, 2]], "int32")
 
 
 @pytest.mark.parametrize(
-    "pe,te,tying",
+    "pe,te,tying,readout",
     [
-        (True, True, "adjacent"),
-        (False, True, "adjacent"),
-        (True, False, "adjacent"),
-        (True, True, "layerwise"),
+        (True, True, "adjacent", 0),
+        (False, True, "adjacent", 0),
+        (True, False, "adjacent", 0),
+        (True, True, "layerwise", 0),
+        (True, True, "adjacent", 5),
+        (True, True, "layerwise", 3),
     ],
 )
-def test_two_hops_by_hand(pe, te, tying):
+def test_two_hops_by_hand(pe, te, tying, readout):
     layer = al.MemoryNetwork(
         V,
         D,
@@ -135,6 +147,7 @@ def test_two_hops_by_hand(pe, te, tying):
         position_encoding=pe,
         temporal_encoding=te,
         weight_tying=tying,
+        readout_units=readout,
     )
     layer(STORY, QUESTION)
     w = random_weights(layer)
@@ -279,10 +292,11 @@ def test_layerwise_tying_shares_across_hops():
 
 
 def test_gradients_reach_every_weight():
-    for tying in ("adjacent", "layerwise"):
+    for tying, readout in (("adjacent", 0), ("layerwise", 0), ("adjacent", 3)):
         layer = al.MemoryNetwork(
-            V, D, max_memories=M, max_words=W, hops=2, weight_tying=tying
-        )
+            V, D, max_memories=M, max_words=W, hops=2, weight_tying=tying,
+            readout_units=readout,
+        )  # fmt: skip
         x = keras.Input((M, W), dtype="int32")
         q = keras.Input((3,), dtype="int32")
         model = keras.Model([x, q], layer(x, q))
@@ -291,9 +305,27 @@ def test_gradients_reach_every_weight():
             keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
         before = [np_(v) for v in layer.trainable_weights]
-        model.fit([STORY, QUESTION], np.array([3, 4]), verbose=0)
+        # Two steps: the readout's hidden layer gets gradients once V (zeros
+        # at first) has moved.
+        model.fit([STORY, QUESTION], np.array([3, 4]), epochs=2, verbose=0)
         for v, b in zip(layer.trainable_weights, before, strict=True):
             assert not np.array_equal(np_(v), b), v.path
+
+
+def test_the_readout_starts_as_the_papers():
+    """``V`` starts at zero: a new residual readout gives the linear one's
+    logits, with the same tables."""
+    for tying in ("adjacent", "layerwise"):
+        plain = al.MemoryNetwork(V, D, M, W, hops=2, weight_tying=tying)
+        deep = al.MemoryNetwork(V, D, M, W, hops=2, weight_tying=tying, readout_units=4)
+        plain(STORY, QUESTION), deep(STORY, QUESTION)
+        shared = [v for v in deep.weights if "readout" not in v.path]
+        for v, twin in zip(shared, plain.weights, strict=True):
+            v.assign(twin)
+        np.testing.assert_allclose(
+            np_(deep(STORY, QUESTION)), np_(plain(STORY, QUESTION)), rtol=1e-6
+        )
+        assert np_(deep.readout_hidden.kernel).std() > 0
 
 
 # -- masks --------------------------------------------------------------------------
@@ -601,18 +633,22 @@ CASES = {
     "layerwise": MemoryCase(
         "memory_layerwise", partial(memory_network, weight_tying="layerwise")
     ),
+    "readout": MemoryCase("memory_readout", partial(memory_network, readout_units=5)),
 }
-TYINGS = list(CASES)
+TYINGS = list(CASES)  # the two tyings, and the residual readout
 
 
-@pytest.mark.parametrize("tying", TYINGS)
-def test_config_round_trip(tying):
-    contract.check_config(CASES[tying])
+@pytest.mark.parametrize("case", TYINGS)
+def test_config_round_trip(case):
+    contract.check_config(CASES[case])
+    tying, readout = ("adjacent", 6) if case == "readout" else (case, 0)
     layer = al.MemoryNetwork(
-        V, D, 3, 4, hops=4, position_encoding=False, weight_tying=tying, name="mem"
-    )
+        V, D, 3, 4, hops=4, position_encoding=False, weight_tying=tying,
+        readout_units=readout, name="mem",
+    )  # fmt: skip
     config = json.loads(json.dumps(layer.get_config()))
     assert config["hops"] == 4 and config["weight_tying"] == tying
+    assert config["readout_units"] == readout
     assert config["max_memories"] == 3 and config["max_words"] == 4
     assert al.MemoryNetwork.from_config(config).get_config() == layer.get_config()
 
@@ -637,6 +673,7 @@ def test_saved_model_loads_without_the_library(tmp_path):
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision(policy):
     contract.check_mixed_precision(CASES["adjacent"], policy)
+    contract.check_mixed_precision(CASES["readout"], policy)
     layer = memory_network(dtype=policy)
     story = CASES["adjacent"].arrays()["story"]
     question = CASES["adjacent"].arrays()["question"]
@@ -683,6 +720,9 @@ def test_bad_input_raises_clear_errors():
         ({"weight_tying": "rnn"}, "weight_tying"),
         ({"position_encoding": "yes"}, "position_encoding"),
         ({"temporal_encoding": 1}, "temporal_encoding"),
+        ({"readout_units": -1}, "readout_units"),
+        ({"readout_units": 2.5}, "readout_units"),
+        ({"readout_units": True}, "readout_units"),
     ]:
         args = {"vocab_size": V, "embed_dim": D, "max_memories": M, "max_words": W}
         err(cls, argument, lambda kw=kwargs, a=args: cls(**{**a, **kw}))

@@ -73,7 +73,10 @@ class ModelConfig:
     ``supervision_weight > 0`` adds
     `attention_layers.MemorySupervisionLoss`: every hop's attention is
     pulled toward the question's supporting facts (an example without them
-    adds 0 to the batch mean).
+    adds 0 to the batch mean). ``readout_units > 0`` reads the answer
+    through a residual ReLU layer of that size (not in the paper; see
+    `attention_layers.MemoryNetwork`), which can compare what the question
+    names with what the hops read.
     """
 
     embed_dim: int = field(default=32, metadata=POSITIVE)
@@ -85,6 +88,7 @@ class ModelConfig:
     linear_start_epochs: int = field(default=0, metadata={"range": (0, None)})
     temporal_noise: float = field(default=0.1, metadata={"range": (0.0, 0.99)})
     supervision_weight: float = field(default=0.0, metadata={"range": (0.0, None)})
+    readout_units: int = field(default=0, metadata={"range": (0, None)})
     eval_batch_size: int = field(default=256, metadata=POSITIVE)
     # ``encoder_decoder``: the story's words then the question's through a
     # BiGRU, and an attention RNN decoder (Bahdanau) that writes the answer's
@@ -96,7 +100,7 @@ class ModelConfig:
     def validate(self, where: str = "model.") -> None:
         if self.architecture != "encoder_decoder":
             return
-        for key in ("linear_start_epochs", "supervision_weight"):
+        for key in ("linear_start_epochs", "supervision_weight", "readout_units"):
             if getattr(self, key):
                 raise core_config.ConfigError(
                     f"config: `{where}{key}` is a memory network option; with "

@@ -41,6 +41,7 @@ class MemoryQA:
             linear_start=m.linear_start_epochs > 0,
             temporal_noise=m.temporal_noise if m.temporal_encoding else 0.0,
             seed=config.train.seed,
+            readout_units=m.readout_units,
             name="memory",
         )
         logits, attention = self.memory(story, question, return_attention=True)
