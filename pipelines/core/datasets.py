@@ -6,6 +6,9 @@ the number of batches up front (`tf.data.experimental.assert_cardinality`),
 so Keras shows a real progress bar and never warns that the input "ran out
 of data". With ``static=True`` each bucket pads to one fixed shape, so an
 XLA-compiled train step compiles once per bucket instead of once per length.
+With ``full_batches=True`` a bucket's last, smaller batch is filled up with
+rows of padding, so every batch has ``batch_size`` rows and the train step
+is traced for that batch size, not an unknown one.
 
 Example:
 
@@ -95,6 +98,7 @@ def bucket_batches(
     padding_value: int = 0,
     static: bool = False,
     static_shapes: Callable | None = None,
+    full_batches: bool = False,
 ) -> tf.data.Dataset:
     """Batch ``data`` by the ``lengths`` of its examples (one length per element).
 
@@ -116,10 +120,22 @@ def bucket_batches(
         static: pad to the bucket's bound, not to the batch's longest example.
         static_shapes: with ``static``, ``bound -> padded_shapes`` for the
             element (default: every component ``[bound]``).
+        full_batches: fill each bucket's last batch up to ``batch_size`` rows
+            with rows of ``padding_value``; the batches' first dimension is
+            then static. Only for a loss that ignores padding targets and
+            averages over tokens (a row of padding adds nothing to it); a
+            mean over sequences would count the empty rows. One device only
+            (``replicas=1``): under a strategy a replica could get nothing
+            but padding.
 
     Returns:
         A dataset of padded batches whose cardinality is known.
     """
+    if full_batches and replicas > 1:
+        raise ValueError(
+            "bucket_batches: full_batches fills batches with padding rows on one "
+            f"device only; received replicas={replicas}"
+        )
     if any(
         isinstance(spec, tf.RaggedTensorSpec)
         for spec in tf.nest.flatten(data.element_spec)
@@ -165,6 +181,20 @@ def bucket_batches(
             return tf.shape(tf.nest.flatten(batch)[0])[0] > 0
 
         batches = batches.map(even).filter(not_empty)
+    if full_batches:
+
+        def fill(*batch):
+            batch = batch[0] if len(batch) == 1 else batch
+
+            def pad(x):
+                rows = batch_size - tf.shape(x)[0]
+                pads = [[0, rows]] + [[0, 0]] * (x.shape.rank - 1)
+                filled = tf.pad(x, pads, constant_values=padding_value)
+                return tf.ensure_shape(filled, [batch_size, *x.shape[1:]])
+
+            return tf.nest.map_structure(pad, batch)
+
+        batches = batches.map(fill)
     total = count_batches(lengths, boundaries, batch_size, replicas)
     return batches.apply(tf.data.experimental.assert_cardinality(total))
 

@@ -89,7 +89,10 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
     strategy with ``replicas`` replicas every batch is cut to a multiple of
     ``replicas`` rows (`pipelines.core.datasets.bucket_batches`). With
     ``train.jit_compile`` the batches take static shapes: sources padded to
-    their bucket's bound, targets to ``max_target_tokens + 1``.
+    their bucket's bound, targets to ``max_target_tokens + 1``. Training
+    batches on one device all have ``train.batch_size`` rows (a bucket's
+    last batch is filled with rows of padding, which the token-mean loss
+    ignores), so the train step is traced for one batch size.
     """
     import tensorflow as tf
 
@@ -133,6 +136,7 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
         padding_value=PAD,
         static=config.train.jit_compile,
         static_shapes=static_shapes,
+        full_batches=training and replicas == 1,
     )
 
     def as_features(source, target_in, target_out):

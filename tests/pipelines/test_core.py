@@ -701,6 +701,34 @@ def test_bucket_batches_know_their_count(replicas, static):
     assert sum(shape[0] for shape in seen) >= 203 - (replicas - 1) * (len(seen) + 4)
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_full_batches_fill_the_last_batch_of_a_bucket_with_padding(static):
+    import tensorflow as tf
+
+    from pipelines.core.datasets import bucket_batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 30, 203)
+    rows = tf.ragged.constant([[i + 1] * n for i, n in enumerate(lengths)])
+    data = tf.data.Dataset.from_tensor_slices((rows, rows))
+    plain, full = (
+        bucket_batches(
+            data, lengths, [8, 16, 24], 16, 29, static=static, full_batches=fill
+        )
+        for fill in (False, True)
+    )
+    assert full.element_spec[0].shape[0] == 16  # static: one shape to trace
+    assert plain.element_spec[0].shape[0] is None
+    assert int(full.cardinality()) == int(plain.cardinality())
+    for (a, _), (b, b2) in zip(plain, full, strict=True):
+        a, b = a.numpy(), b.numpy()
+        assert b.shape[0] == 16 and (b == b2.numpy()).all()
+        np.testing.assert_array_equal(b[: len(a)], a)  # the same rows, in order
+        assert not b[len(a) :].any()  # then padding only
+    with pytest.raises(ValueError, match="one device only; received replicas=2"):
+        bucket_batches(data, lengths, [8], 16, 29, replicas=2, full_batches=True)
+
+
 # -- registry, strategy ----------------------------------------------------------------
 
 

@@ -254,6 +254,52 @@ def test_every_architecture_trains_exports_and_translates(name, tmp_path):
             np.testing.assert_allclose(alignment[:, 0].sum(-1), 1.0, atol=tolerance)
 
 
+@pytest.mark.parametrize(
+    "name", ["rnn_default", "rnn_local_p", "rnn_no_input_feeding", "transformer"]
+)
+def test_rows_of_padding_change_neither_the_loss_nor_the_gradients(name):
+    """Training batches are filled up to `batch_size` with rows of padding
+    (`bucket_batches(full_batches=True)`): each model must give such a row no
+    loss, no gradient and no NaN."""
+    import tensorflow as tf
+
+    from pipelines.core import config as config_lib
+    from pipelines.core.trainer import build_compiled
+    from pipelines.translation.task import TASK
+
+    config = config_lib.apply_overrides(
+        TASK.presets()["tiny"](), ARCHITECTURES.get(name, [])
+    )
+    data = TASK.load_data(config)
+    tokenizers = TASK.preprocessors(None, data, config, create=False)
+    dataset = TASK.make_dataset(data.train, tokenizers, config, True)
+    assert dataset.element_spec[1].shape[0] == config.train.batch_size
+    filled = [b for b in dataset if not b[1][-1].numpy().any()]
+    assert filled, "no bucket's last batch was filled"
+    features, target = filled[0]
+    rows = int(np.count_nonzero(target.numpy().any(-1)))
+    real = ({k: v[:rows] for k, v in features.items()}, target[:rows])
+    model = build_compiled(TASK, config, tokenizers, tf.distribute.get_strategy())
+    loss_fn = TASK.compile_arguments(config)["loss"]
+
+    def loss_and_gradients(batch):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(batch[1], model.trainer(batch[0], training=False))
+        return loss, tape.gradient(loss, model.trainer.trainable_variables)
+
+    loss, grads = loss_and_gradients((features, target))
+    want_loss, want_grads = loss_and_gradients(real)
+    assert np.isfinite(loss.numpy())
+    np.testing.assert_allclose(loss.numpy(), want_loss.numpy(), rtol=1e-5)
+    for g, want in zip(grads, want_grads, strict=True):
+        if want is None:
+            assert g is None
+            continue
+        g, want = tf.convert_to_tensor(g).numpy(), tf.convert_to_tensor(want).numpy()
+        assert np.isfinite(g).all()
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-7)
+
+
 # Under XLA the architectures differ by their decoder loops: the default
 # (Bahdanau with input feeding) compiles in the pipeline contract, the layer
 # contract compiles every score layer, and these are the other loops: local-p's
