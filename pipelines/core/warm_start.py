@@ -38,13 +38,20 @@ SECTIONS = ("data", "tokenizer", "image")  # what the preprocessors are made of
 
 def load_matching(model, path: str | Path) -> list[str]:
     """Load the weights in ``path`` that ``model`` has in the same place and
-    shape; the paths of the weights the load left as they were."""
+    shape; the paths of the weights the load left as they were. A compiled
+    model's optimizer keeps its own state: ``load_weights`` would also load
+    the file's optimizer variables (its step count and Adam's moments)."""
     before = [w.numpy() for w in model.weights]
+    optimizer = getattr(model, "optimizer", None)
+    own = list(optimizer.variables) if optimizer else []
+    own_state = [v.numpy() for v in own]
     with warnings.catch_warnings():
         # Keras warns about each part the file lacks, naming its internals;
         # the returned list says what matters: the weights left as they were.
         warnings.simplefilter("ignore")
         model.load_weights(str(path), skip_mismatch=True)
+    for variable, value in zip(own, own_state, strict=True):
+        variable.assign(value)
     return [
         w.path
         for w, old in zip(model.weights, before, strict=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -370,6 +371,10 @@ def test_a_fresh_run_starts_from_another_runs_weights(tmp_path, capsys, monkeypa
     capsys.readouterr()
     train(task, second, tmp_path / "b")
     assert "Initialised 2 of 3 weights" in capsys.readouterr().out  # not the offset
+    # The optimizer started afresh: its steps are this run's one epoch only.
+    steps = [json.loads((tmp_path / r / "run.json").read_text())["optimizer_iterations"]
+             for r in ("a", "b")]  # fmt: skip
+    assert steps[0] == 2 * steps[1] > 0
     _, _, started = load_trained(task, tmp_path / "b")
     for mine, theirs in zip(
         started.trainer.weights, trained.trainer.weights, strict=True
