@@ -43,6 +43,10 @@ Measured in one process, candidates alternating (see REFERENCE.md):
 
 Usage: ``python -m benchmarks.bench_pipeline [--rounds N] [--max-epochs N]
 [--xla] [--json out]`` (about 20 minutes on two cores with the defaults).
+``--set train.learning_rate=5e-3`` changes the preset for every candidate,
+``--peer-learning-rate 3e-3`` adds the peer at that rate as ``peer@0.003``,
+and ``--candidates`` keeps only the named ones (``ours`` and ``peer``
+always).
 """
 
 from __future__ import annotations
@@ -61,6 +65,12 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 from benchmarks import paired  # noqa: E402
 
 PEERS = {"peer": (32, 128), "peer_tutorial": (256, 256)}  # embedding, units
+
+
+def is_peer(name: str) -> bool:
+    """``peer``, ``peer_tutorial``, or one of them at another learning rate
+    (``peer@0.003``, from ``--peer-learning-rate``)."""
+    return name.partition("@")[0] in PEERS
 
 
 def log(msg):
@@ -160,13 +170,15 @@ def peer_module(model, tokenizers, max_source: int, max_length: int):
 # -- set-up ------------------------------------------------------------------
 
 
-def setup(xla: bool):
+def setup(xla: bool, overrides=(), peer_rates=()):
     from pipelines import registry
     from pipelines.core import config as config_lib
     from pipelines.core.run_dir import RunDir
 
     task = registry.get("translation")
-    config = config_lib.preset(task.presets(), "dates")
+    config = config_lib.apply_overrides(
+        config_lib.preset(task.presets(), "dates"), list(overrides)
+    )
     data = task.load_data(config)
     tmp = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     tokenizers = task.preprocessors(RunDir(tmp / "run"), data, config, create=False)
@@ -180,6 +192,10 @@ def setup(xla: bool):
         )
     for name in PEERS:
         configs[name] = config
+    for rate in peer_rates:
+        configs[f"peer@{rate:g}"] = config_lib.apply_overrides(
+            config, [f"train.learning_rate={rate}"]
+        )
     return task, config, configs, data, tokenizers, tmp
 
 
@@ -194,10 +210,10 @@ def build_models(task, configs, tokenizers) -> dict:
     models = {}
     for name, c in configs.items():
         keras.utils.set_random_seed(0)
-        if name not in PEERS:
+        if not is_peer(name):
             models[name] = build_compiled(task, c, tokenizers, strategy)
             continue
-        embedding, units = PEERS[name]
+        embedding, units = PEERS[name.partition("@")[0]]
         peer = TutorialModel(
             tokenizers.source.vocab_size, tokenizers.target.vocab_size, embedding, units
         )
@@ -268,7 +284,8 @@ def training_throughput(models, train_sets, batches: int, rounds: int) -> dict:
         f"{a}/{b}": paired.summary(paired.ratios(wall[b], wall[a]))
         for a in models
         if a.startswith("ours")
-        for b in PEERS
+        for b in models
+        if is_peer(b)
     }
     return out
 
@@ -286,7 +303,7 @@ def greedy_functions(task, configs, models, tokenizers):
     max_length = configs["ours"].tokenizer.max_target_tokens + 1
     out = {}
     for name, model in models.items():
-        if name in PEERS:
+        if is_peer(name):
             module = peer_module(model, tokenizers, max_source, max_length)
             out[name] = lambda s, m=module: m.translate(s)["translation"]
         else:
@@ -379,7 +396,7 @@ def time_to_quality(models, train_sets, greedy, held_out, max_epochs, chunk, mar
         turn += 1
     ratios = {}
     for name in names:
-        for peer in PEERS:
+        for peer in filter(is_peer, names):
             if name.startswith("ours") and name in reached and peer in reached:
                 ratios[f"{name}/{peer}"] = round(
                     reached[name]["train_s"] / reached[peer]["train_s"], 3
@@ -615,6 +632,26 @@ def main(argv=None) -> int:
     parser.add_argument("--skip", action="append", default=[],
                         choices=["training", "quality", "serving"])  # fmt: skip
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override the dates preset for every candidate "
+        "(e.g. train.learning_rate=5e-3)",
+    )
+    parser.add_argument(
+        "--peer-learning-rate",
+        type=float,
+        action="append",
+        default=[],
+        help="add the peer at this rate too, as candidate peer@RATE",
+    )
+    parser.add_argument(
+        "--candidates",
+        nargs="+",
+        help="train only these (ours and peer are always kept)",
+    )
     args = parser.parse_args(argv)
 
     t_start = time.time()
@@ -637,7 +674,18 @@ def main(argv=None) -> int:
                 tasks=rows,
             )
         return 0
-    task, config, configs, data, tokenizers, tmp = setup(args.xla)
+    task, config, configs, data, tokenizers, tmp = setup(
+        args.xla, args.set, args.peer_learning_rate
+    )
+    if args.candidates:
+        unknown = set(args.candidates) - set(configs)
+        if unknown:
+            parser.error(
+                f"--candidates: unknown {sorted(unknown)}, known {list(configs)}"
+            )
+        # ours and peer serve the exports; peer@RATE was asked for by name.
+        keep = {"ours", "peer", *args.candidates, *(n for n in configs if "@" in n)}
+        configs = {n: c for n, c in configs.items() if n in keep}
     if args.train_size:
         data.train = data.train[: args.train_size]
     train_sets = datasets(task, configs, data, tokenizers)
