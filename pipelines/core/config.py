@@ -59,6 +59,8 @@ class TrainConfig:
     epochs: int = field(default=10, metadata={"range": (1, None)})
     learning_rate: float = field(default=2e-3, metadata={"range": (0.0, None)})
     clipnorm: float | None = 1.0
+    # Adam, or plain SGD (no momentum), as MemN2N trained on bAbI.
+    optimizer: Literal["adam", "sgd"] = "adam"
     strategy: Literal["auto", "default", "mirrored", "multi_worker", "tpu"] = "auto"
     tpu: str | None = None  # TPU address for strategy "tpu"
     mixed_precision: Literal["mixed_float16", "mixed_bfloat16"] | None = None

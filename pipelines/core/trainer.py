@@ -9,7 +9,8 @@
    validation split is empty, summarised in ``data_summary.txt``;
 3. the preprocessors, learned from the training split and saved;
 4. the model under the configured strategy and dtype policy, compiled with
-   Adam (``train.learning_rate``, ``train.clipnorm``) and the task's loss;
+   Adam or SGD (``train.optimizer``, ``train.learning_rate``,
+   ``train.clipnorm``) and the task's loss;
    the rate is reduced on a plateau of the validation loss when
    ``train.lr_reduce_factor`` < 1;
 5. ``fit`` from the newest sound backup (`pipelines.core.backups`): no
@@ -336,15 +337,17 @@ def check_data(data) -> None:
             )
 
 
+OPTIMIZERS = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}
+
+
 def build_compiled(task: Task, config, preprocessors, strategy) -> Any:
     """The task's model built and compiled under ``strategy``'s scope."""
     with strategy.scope():
         model = task.build_model(config, preprocessors)
         train = config.train
+        optimizer = OPTIMIZERS[train.optimizer]
         model.trainer.compile(
-            optimizer=keras.optimizers.Adam(
-                train.learning_rate, clipnorm=train.clipnorm
-            ),
+            optimizer=optimizer(train.learning_rate, clipnorm=train.clipnorm),
             jit_compile=train.jit_compile,
             **task.compile_arguments(config),
         )

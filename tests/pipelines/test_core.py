@@ -394,6 +394,33 @@ def test_a_fresh_run_starts_from_another_runs_weights(tmp_path, capsys, monkeypa
         warm_start.initialise_from(task, model, other, tmp_path / "a")
 
 
+def test_train_optimizer_is_adam_or_plain_sgd(tmp_path):
+    """``train.optimizer=sgd`` compiles plain SGD (no momentum) with the
+    configured rate and clipnorm, and trains; another name is refused."""
+    from pipelines.core.trainer import train
+
+    config = config_lib.apply_overrides(ToyConfig(), [
+        "train.optimizer=sgd", "train.clipnorm=40", "train.learning_rate=0.01",
+        "train.epochs=1", "train.strategy=default"])  # fmt: skip
+    task = PhasedTask(())
+    optimizer = _compiled(task, config).trainer.optimizer
+    assert type(optimizer) is keras.optimizers.SGD and optimizer.momentum == 0.0
+    assert optimizer.clipnorm == 40.0
+    assert float(optimizer.learning_rate.numpy()) == pytest.approx(0.01)
+    assert type(_compiled(task, ToyConfig()).trainer.optimizer) is keras.optimizers.Adam
+    assert train(task, config, tmp_path / "run")["optimizer_iterations"] > 0
+    with pytest.raises(ConfigError, match="optimizer.*rmsprop"):
+        config_lib.apply_overrides(ToyConfig(), ["train.optimizer=rmsprop"])
+
+
+def _compiled(task, config):
+    import tensorflow as tf
+
+    from pipelines.core.trainer import build_compiled
+
+    return build_compiled(task, config, None, tf.distribute.get_strategy())
+
+
 def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
     """Factor 0.5 after 2 epochs without a better val_loss, floor 0.3: the
     rate goes 1 -> 0.5 -> 0.3, the count restarts at each reduction and at a
