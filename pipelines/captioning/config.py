@@ -113,8 +113,9 @@ class ModelConfig:
     the RNN decoder.
 
     ``grid_kernel`` sets how far a cell sees. With two pools a cell is 4
-    pixels wide and sees 16 pixels with ``grid_kernel=1``, 32 with 3 (see
-    docs/pipelines/captioning.md for what each did to the localisation).
+    pixels wide and sees 16 pixels with ``grid_kernel=1``, 32 with 3; with
+    one pool a cell is 2 pixels wide and sees 14 pixels with 3, 22 with 5
+    (see docs/pipelines/captioning.md for what each did to the localisation).
     """
 
     backbone: Literal[
@@ -124,7 +125,7 @@ class ModelConfig:
     backbone_trainable: bool = True
     filters: int = field(default=16, metadata=POSITIVE)
     pools: int = field(default=2, metadata={"range": (0, 5)})
-    grid_kernel: Literal[1, 3] = 3
+    grid_kernel: Literal[1, 3, 5] = 3
     units: int = field(default=128, metadata=POSITIVE)
     attention_units: int = field(default=64, metadata=POSITIVE)
     embedding_dim: int = field(default=32, metadata=POSITIVE)

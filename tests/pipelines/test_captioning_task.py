@@ -424,6 +424,26 @@ def test_hard_attention_trains_by_reinforce_and_serves_one_cell_per_word():
     )
 
 
+def test_grid_kernel_sets_the_width_of_the_grid_convolutions():
+    """The last stage's two convolutions are ``grid_kernel`` wide (1, 3 or
+    5), the earlier stages' 3; another width is refused by name."""
+    import keras
+
+    tiny = preset("tiny")
+    tokenizer = TASK.preprocessors(None, TASK.load_data(tiny), tiny, create=False)
+    for width in (1, 3, 5):
+        config = apply_overrides(tiny, [f"model.grid_kernel={width}"])
+        model = TASK.build_model(config, tokenizer)
+        kernels = [
+            layer.kernel_size
+            for layer in model.cnn
+            if isinstance(layer, keras.layers.Conv2D)
+        ]
+        assert kernels == [(3, 3)] * 2 * config.model.pools + [(width, width)] * 2
+    with pytest.raises(ConfigError, match="grid_kernel.*received 2"):
+        apply_overrides(preset("tiny"), ["model.grid_kernel=2"])
+
+
 def test_a_hard_model_loads_a_soft_ones_weights(tmp_path):
     """``train.init_from`` from soft to hard attention: every weight but the
     REINFORCE baseline's loads (HardAttention keeps Bahdanau's weights)."""
