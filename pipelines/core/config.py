@@ -70,6 +70,9 @@ class TrainConfig:
     lr_reduce_factor: float = field(default=1.0, metadata={"range": (0.0, 1.0)})
     lr_reduce_patience: int = field(default=2, metadata={"range": (1, None)})
     min_learning_rate: float = field(default=0.0, metadata={"range": (0.0, None)})
+    # A step schedule instead (> 0): the rate times lr_reduce_factor every
+    # lr_step_epochs epochs of a phase, whatever the validation loss does.
+    lr_step_epochs: int = field(default=0, metadata={"range": (0, None)})
     steps_per_epoch: int | None = field(default=None, metadata={"range": (1, None)})
     seed: int = 0
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
@@ -89,8 +92,17 @@ class TrainConfig:
                 f"config: `{where}lr_reduce_factor` must be in (0, 1] (1: never "
                 f"reduce), received {self.lr_reduce_factor}"
             )
+        if self.lr_step_epochs and self.lr_reduce_factor == 1.0:
+            raise ConfigError(
+                f"config: `{where}lr_step_epochs` multiplies the rate by "
+                f"`{where}lr_reduce_factor`, which must then be below 1; received "
+                f"{self.lr_reduce_factor}"
+            )
         if self.lr_reduce_factor < 1.0 and (
-            self.lr_reduce_patience >= self.early_stopping_patience
+            (
+                not self.lr_step_epochs
+                and self.lr_reduce_patience >= self.early_stopping_patience
+            )
             or self.min_learning_rate >= self.learning_rate
         ):
             raise ConfigError(

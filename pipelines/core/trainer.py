@@ -195,6 +195,11 @@ class RunState(keras.callbacks.Callback):
     learning rate is multiplied by the factor (not below
     ``min_learning_rate``). The reduced rate is saved with each backup and set
     again on resume; a new phase starts at the configured rate.
+
+    With ``train.lr_step_epochs > 0`` the rate follows a step schedule
+    instead: the configured rate times ``lr_reduce_factor`` to the power
+    (epochs of the phase before this one) // ``lr_step_epochs``, not below
+    ``min_learning_rate`` (MemN2N halves its rate every 25 epochs).
     """
 
     def __init__(
@@ -212,6 +217,7 @@ class RunState(keras.callbacks.Callback):
         self.wait = state.get("wait", 0)
         self.stopped_early = bool(state.get("stopped_early", False))
         self.phase = int(state.get("phase", 0))
+        self.phase_start = int(state.get("phase_start", 0))
         self.diverged_at: int | None = None
         self.chief = is_chief()
 
@@ -223,6 +229,20 @@ class RunState(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         set_epoch(epoch)  # the training order of this epoch
+        if self.train.lr_step_epochs:
+            self._step_learning_rate(epoch)
+
+    def _step_learning_rate(self, epoch: int) -> None:
+        steps = (epoch - self.phase_start) // self.train.lr_step_epochs
+        rate = max(
+            self.train.learning_rate * self.train.lr_reduce_factor**steps,
+            self.train.min_learning_rate,
+        )
+        if not math.isclose(rate, self.learning_rate, rel_tol=1e-9):
+            print(f"Epoch {epoch + 1}: learning rate {self.learning_rate:.3g} -> "
+                  f"{rate:.3g} (every {self.train.lr_step_epochs} epochs)")  # fmt: skip
+            self.learning_rate = rate
+            self.model.optimizer.learning_rate = rate
 
     def on_epoch_end(self, epoch, logs=None):
         if self.stale_best and self.chief:
@@ -249,7 +269,10 @@ class RunState(keras.callbacks.Callback):
             if self.wait >= self.patience:
                 self.stopped_early = True
                 self.model.stop_training = True
-            elif self.lr_wait >= self.train.lr_reduce_patience:
+            elif (
+                not self.train.lr_step_epochs
+                and self.lr_wait >= self.train.lr_reduce_patience
+            ):
                 self._reduce_learning_rate(epoch)
         if self.chief:
             self.backups.save(self.model, self.state(epoch + 1))
@@ -268,10 +291,10 @@ class RunState(keras.callbacks.Callback):
             self.learning_rate = reduced
             self.model.optimizer.learning_rate = reduced
 
-    def begin_phase(self, phase: int) -> None:
+    def begin_phase(self, phase: int, start: int = 0) -> None:
         """Forget the best epoch and the early-stopping count of the last phase,
-        and start the new one at the configured learning rate."""
-        self.phase = phase
+        and start the new one, at epoch ``start``, at the configured rate."""
+        self.phase, self.phase_start = phase, start
         self.best, self.best_epoch, self.wait = math.inf, None, 0
         self.stopped_early = False
         self.lr_wait = 0
@@ -291,6 +314,7 @@ class RunState(keras.callbacks.Callback):
             "wait": self.wait,
             "stopped_early": self.stopped_early,
             "phase": self.phase,
+            "phase_start": self.phase_start,
             "learning_rate": self.learning_rate,
             "lr_wait": self.lr_wait,
         }
@@ -447,7 +471,7 @@ def _train(task: Task, config, run: RunDir) -> dict:
             if end <= initial_epoch or state.diverged_at is not None:
                 continue  # done before a restart, or diverged
             if phase > state.phase:
-                state.begin_phase(phase)
+                state.begin_phase(phase, start)
             elif state.stopped_early:
                 continue  # this phase stopped early before a restart
             if len(bounds) > 1:

@@ -458,6 +458,46 @@ def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
     assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(1.0)
 
 
+def test_learning_rate_follows_a_step_schedule_per_phase(tmp_path, capsys):
+    """Every 2 epochs times 0.5, floor 0.2: 1, 1, 0.5, 0.5, 0.25, 0.25 on a
+    flat validation loss (no plateau rule, no early stop); a phase begun at
+    epoch 6 starts at 1 again; a resumed state keeps the phase's start."""
+    from pipelines.core.backups import Backups
+    from pipelines.core.trainer import RunState
+
+    train = ToyConfig().train
+    train.learning_rate, train.lr_reduce_factor = 1.0, 0.5
+    train.lr_step_epochs, train.lr_reduce_patience = 2, 1
+    train.min_learning_rate, train.early_stopping_patience = 0.2, 20
+    model = _fresh_model()
+    state = RunState(RunDir(tmp_path), Backups(tmp_path / "b"), {}, train)
+    state.set_model(model)
+    state.on_train_begin()
+
+    def rates(epochs):
+        out = []
+        for epoch in epochs:
+            state.on_epoch_begin(epoch)
+            out.append(float(model.optimizer.learning_rate.numpy()))
+            state.on_epoch_end(epoch, {"loss": 2.0, "val_loss": 2.0})
+        return out
+
+    np.testing.assert_allclose(rates(range(8)), [1, 1, 0.5, 0.5, 0.25, 0.25, 0.2, 0.2])
+    assert "learning rate 1 -> 0.5 (every 2 epochs)" in capsys.readouterr().out
+    state.begin_phase(1, start=8)
+    state.on_train_begin()
+    np.testing.assert_allclose(rates(range(8, 11)), [1, 1, 0.5])
+    assert not state.stopped_early
+    resumed = _fresh_model()
+    again = RunState(RunDir(tmp_path), None, state.state(11), train)
+    again.set_model(resumed)
+    again.on_train_begin()
+    again.on_epoch_begin(11)
+    assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(0.5)
+    again.on_epoch_begin(12)
+    assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(0.25)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -470,6 +510,7 @@ def test_learning_rate_is_reduced_on_a_plateau_and_resumed(tmp_path, capsys):
             ["train.lr_reduce_factor=0.5", "train.min_learning_rate=0.01"],
             "would never be reduced.*0.01 and 0.002",
         ),
+        (["train.lr_step_epochs=25"], "lr_step_epochs.*must then be below 1"),
     ],
 )
 def test_a_learning_rate_schedule_that_cannot_act_is_refused(overrides, message):
