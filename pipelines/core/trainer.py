@@ -39,6 +39,7 @@ from pipelines.core import config as config_lib
 from pipelines.core.backups import Backups
 from pipelines.core.datasets import set_epoch, shard_by_data
 from pipelines.core.keras_compat import patch_multi_worker
+from pipelines.core.optimizers import OPTIMIZERS
 from pipelines.core.run_dir import (
     PipelineError,
     RunDir,
@@ -359,9 +360,6 @@ def check_data(data) -> None:
                 f"{len(data.test)} test examples); give more data or change "
                 "data.valid_fraction / data.test_fraction."
             )
-
-
-OPTIMIZERS = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}
 
 
 def build_compiled(task: Task, config, preprocessors, strategy) -> Any:

@@ -404,13 +404,51 @@ def test_train_optimizer_is_adam_or_plain_sgd(tmp_path):
         "train.epochs=1", "train.strategy=default"])  # fmt: skip
     task = PhasedTask(())
     optimizer = _compiled(task, config).trainer.optimizer
-    assert type(optimizer) is keras.optimizers.SGD and optimizer.momentum == 0.0
+    assert isinstance(optimizer, keras.optimizers.SGD) and optimizer.momentum == 0.0
     assert optimizer.clipnorm == 40.0
     assert float(optimizer.learning_rate.numpy()) == pytest.approx(0.01)
-    assert type(_compiled(task, ToyConfig()).trainer.optimizer) is keras.optimizers.Adam
+    adam = _compiled(task, ToyConfig()).trainer.optimizer
+    assert isinstance(adam, keras.optimizers.Adam) and adam.clipnorm == 1.0
     assert train(task, config, tmp_path / "run")["optimizer_iterations"] > 0
     with pytest.raises(ConfigError, match="optimizer.*rmsprop"):
         config_lib.apply_overrides(ToyConfig(), ["train.optimizer=rmsprop"])
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_clipnorm_bounds_the_update_of_an_embedding_table(jit):
+    """An id 50 times and another 10 times in a batch: the table's gradient
+    is 60 rows, the update their sums. The trainer's SGD (rate 1, clipnorm 1)
+    moves the table by exactly the clipped dense gradient, norm 1, also in
+    an XLA step; Keras' own SGD moves it by more (it clips the 60 rows)."""
+    import tensorflow as tf
+
+    from pipelines.core.optimizers import OPTIMIZERS
+
+    def step(optimizer_class):
+        table = keras.layers.Embedding(4, 2, embeddings_initializer="zeros")
+        table.build((None,))
+        optimizer = optimizer_class(1.0, clipnorm=1.0)
+        optimizer.build(table.trainable_variables)
+
+        @tf.function(jit_compile=jit)
+        def apply(ids):
+            with tf.GradientTape() as tape:
+                loss = -tf.reduce_sum(table(ids))
+            weights = table.trainable_variables
+            grads = tape.gradient(loss, weights)
+            optimizer.apply_gradients(zip(grads, weights, strict=True))
+
+        apply(tf.constant([1] * 50 + [2] * 10))
+        return table.embeddings.numpy()
+
+    dense = np.array([[0, 0], [50, 50], [10, 10], [0, 0]], "float32")
+    np.testing.assert_allclose(
+        step(OPTIMIZERS["sgd"]), dense / np.linalg.norm(dense), rtol=1e-5
+    )
+    assert np.linalg.norm(step(keras.optimizers.SGD)) > 2.0, (
+        "Keras' own clipnorm now holds for IndexedSlices gradients: "
+        "pipelines.core.optimizers may no longer be needed"
+    )
 
 
 def _compiled(task, config):
