@@ -16,7 +16,7 @@ from pipelines.core.config import apply_overrides
 from pipelines.core.run_dir import PipelineError
 from pipelines.data.babi import QAExample, format_story
 from pipelines.qa import data as qa_data
-from pipelines.qa.config import preset
+from pipelines.qa.config import PRESETS, preset
 from pipelines.qa.evaluate import attention_hits, evaluate
 from pipelines.qa.task import TASK, split_input
 
@@ -32,6 +32,17 @@ def setup():
     model = TASK.build_model(config, preprocessors)
     module = TASK.serving_module(model, preprocessors, config)
     return config, data, preprocessors, model, module
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_validates_and_builds(name):
+    """Each preset passes its own validation and builds a model of its
+    sizes (on the tiny data)."""
+    config = apply_overrides(preset(name), ["data.source=babi:1@60"])
+    data = TASK.load_data(config)
+    preprocessors = TASK.preprocessors(None, data, config, create=False)
+    model = TASK.build_model(config, preprocessors)
+    assert model.trainer.count_params() > 0
 
 
 def _serve(module, stories, questions):
