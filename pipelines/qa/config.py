@@ -30,8 +30,10 @@ FRACTION = {"range": (0.0, 1.0)}
 
 @dataclass
 class DataConfig:
-    """``babi:TASKS[@SIZE]`` (generated; `pipelines.data.babi.parse_babi_spec`)
-    or ``jsonl:PATH`` (the user's stories, `pipelines.data.babi.read_qa_jsonl`).
+    """``babi:TASKS[@SIZE]`` (generated; `pipelines.data.babi.parse_babi_spec`),
+    ``babi-text:FOLDER`` (files in bAbI's own format, such as the original
+    ones; `pipelines.data.babi_text.load_babi_files`) or ``jsonl:PATH`` (the
+    user's stories, `pipelines.data.babi.read_qa_jsonl`).
 
     ``valid_fraction`` is held out of the training questions; ``test_size``
     is the number of generated test questions per bAbI task, and

@@ -101,6 +101,10 @@ def load_data(config) -> Data:
             valid_fraction=d.valid_fraction,
             seed=d.seed,
         )
+    elif kind == "babi-text" and argument:
+        from pipelines.data.babi_text import load_babi_files
+
+        train, valid, test, notes = load_babi_files(argument, d.valid_fraction)
     elif kind == "jsonl" and argument:
         from pipelines.data import split_pairs
 
@@ -113,8 +117,8 @@ def load_data(config) -> Data:
         train, valid, test = ([e for _, e in part] for part in splits)
     else:
         raise ConfigError(
-            "config: `data.source` must be babi:TASKS[@SIZE] (e.g. babi:1,2@10k) "
-            f"or jsonl:PATH, received {d.source!r}."
+            "config: `data.source` must be babi:TASKS[@SIZE] (e.g. babi:1,2@10k), "
+            f"babi-text:FOLDER or jsonl:PATH, received {d.source!r}."
         )
     notes = list(notes)
     limit, words = config.model.max_memories, config.tokenizer.max_words

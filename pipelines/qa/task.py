@@ -178,14 +178,20 @@ class QATask(Task):
 
     def samples(self, config) -> list[str]:
         kind, _, path = config.data.source.partition(":")
-        if kind != "jsonl":
+        if kind == "babi":
             from pipelines.data.babi import parse_babi_spec
 
             tasks, _ = parse_babi_spec(config.data.source)
             return list(SAMPLES if 6 in tasks else SAMPLES[:2])  # [2]: yes/no
-        from pipelines.data.babi import read_qa_jsonl
+        if kind == "babi-text":
+            from pipelines.data.babi_text import load_babi_files
 
-        examples = [e for e in read_qa_jsonl(path)[:3] if e.question.endswith("?")]
+            first = load_babi_files(path)[2][:3]  # the first test questions
+        else:
+            from pipelines.data.babi import read_qa_jsonl
+
+            first = read_qa_jsonl(path)[:3]
+        examples = [e for e in first if e.question.endswith("?")]
         texts = ["\n".join((*e.story, e.question)) for e in examples]
         return texts or list(SAMPLES)
 
