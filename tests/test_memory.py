@@ -29,8 +29,10 @@ def np_(x):
 
 
 # -- the forward pass by hand --------------------------------------------------
-def np_position_encoding(mask, d):
-    """``l_kj = (1 - j/J) - (k/d)(1 - 2j/J)`` word by word (j: real words only)."""
+def np_position_encoding(mask, d, formula="paper"):
+    """``l_kj`` word by word (j: real words only): the paper's
+    ``(1 - j/J) - (k/d)(1 - 2j/J)``, or the reference code's
+    ``1 + 4 (k - (d+1)/2)(j - (J+1)/2) / (d J)``."""
     out = np.zeros((len(mask), d))
     length = max(int(np.sum(mask)), 1)  # J
     j = 0
@@ -39,13 +41,24 @@ def np_position_encoding(mask, d):
             continue
         j += 1
         for k in range(1, d + 1):
-            out[pos, k - 1] = (1 - j / length) - (k / d) * (1 - 2 * j / length)
+            if formula == "paper":
+                value = (1 - j / length) - (k / d) * (1 - 2 * j / length)
+            else:
+                value = 1 + 4 * (k - (d + 1) / 2) * (j - (length + 1) / 2) / (
+                    d * length
+                )
+            out[pos, k - 1] = value
     return out
 
 
 def np_encode(table, ids, pe):
+    """``pe``: True or "paper", "reference", or False (a bag of words)."""
     mask = ids != 0
-    weights = np_position_encoding(mask, table.shape[1]) if pe else mask[:, None]
+    if pe:
+        formula = "paper" if pe is True else pe
+        weights = np_position_encoding(mask, table.shape[1], formula)
+    else:
+        weights = mask[:, None]
     return (table[ids] * weights).sum(0)
 
 
@@ -130,6 +143,7 @@ QUESTION = np.array([[6, 1, 0], [5, 4, 2]], "int32")
     "pe,te,tying,readout",
     [
         (True, True, "adjacent", 0),
+        ("reference", True, "adjacent", 0),
         (False, True, "adjacent", 0),
         (True, False, "adjacent", 0),
         (True, True, "layerwise", 0),
@@ -254,6 +268,51 @@ def test_position_encoding_formula_by_hand():
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+def test_reference_position_encoding_by_hand():
+    # J = 3, d = 2: l_kj = 1 + 4 (k - 3/2)(j - 2) / 6, the authors' code's.
+    want = [[4 / 3, 2 / 3], [1.0, 1.0], [2 / 3, 4 / 3]]
+    got = np_(position_encoding(np.array([True, True, True]), 2, formula="reference"))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    got = np_(position_encoding(np.array([[0, 1, 1, 0, 1]]), 2, formula="reference"))
+    np.testing.assert_allclose(got[0], [[0, 0], want[0], want[1], [0, 0], want[2]])
+    assert (
+        np_(position_encoding(np.zeros((2, 3), bool), 4, "float32", "reference")) == 0
+    ).all()
+    # About twice the paper's: the same up to the half-index offsets.
+    paper = np_position_encoding(np.ones(40, bool), 30)
+    reference = np_(position_encoding(np.ones((40,), bool), 30, formula="reference"))
+    np.testing.assert_allclose(
+        reference,
+        np_position_encoding(np.ones(40, bool), 30, "reference"),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    assert np.abs(reference - 2 * paper).max() < 0.1
+    with pytest.raises(ValueError, match="`formula` must be one of"):
+        position_encoding(np.ones(3, bool), 2, formula="matlab")
+
+
+def test_position_encoding_argument_and_config():
+    paper = al.MemoryNetwork(V, D, M, W, position_encoding=True)
+    assert paper.position_encoding == "paper"
+    assert paper.get_config()["position_encoding"] == "paper"
+    reference = al.MemoryNetwork(V, D, M, W, position_encoding="reference")
+    config = json.loads(json.dumps(reference.get_config()))
+    assert al.MemoryNetwork.from_config(config).position_encoding == "reference"
+    bag = al.MemoryNetwork(V, D, M, W, position_encoding=False)
+    assert bag.get_config()["position_encoding"] is False
+    # A config saved before the formulas (True) loads as the paper's.
+    old = {**config, "position_encoding": True}
+    assert al.MemoryNetwork.from_config(old).position_encoding == "paper"
+    # The two formulas give different answers from the same weights.
+    outputs = []
+    for layer in (paper, reference):
+        layer(STORY, QUESTION)
+        random_weights(layer)
+        outputs.append(np_(layer(STORY, QUESTION)))
+    assert not np.allclose(outputs[0], outputs[1])
 
 
 # -- weight tying ---------------------------------------------------------------
@@ -719,6 +778,7 @@ def test_bad_input_raises_clear_errors():
         ({"hops": True}, "hops"),
         ({"weight_tying": "rnn"}, "weight_tying"),
         ({"position_encoding": "yes"}, "position_encoding"),
+        ({"position_encoding": 1}, "position_encoding"),
         ({"temporal_encoding": 1}, "temporal_encoding"),
         ({"readout_units": -1}, "readout_units"),
         ({"readout_units": 2.5}, "readout_units"),
