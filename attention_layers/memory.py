@@ -83,6 +83,38 @@ def position_encoding(word_mask, embed_dim, dtype="float32", formula="paper"):
     return weights * ops.expand_dims(mask, -1)
 
 
+def temporal_weights(word_mask, embed_dim, dtype="float32"):
+    """The weight of a memory's temporal encoding under the reference code's
+    position encoding: ``[..., d]``, one row per sentence.
+
+    The authors' code writes the time index as one more word at the end of
+    each sentence, so the position encoding weighs it too: it is word
+    ``j = J`` of ``J = n + 1`` words, for a sentence of ``n`` real words,
+    and ``1 + 4 (k - (d+1)/2)(j - (J+1)/2) / (d J)`` becomes
+    ``1 + 2 (k - (d+1)/2) n / (d (n + 1))``, from about ``1/(n+1)`` on the
+    first dimension to about ``2 - 1/(n+1)`` on the last. (The code's ``J``
+    is the data's longest sentence plus one; here, as for the words, it is
+    the sentence's own.) The paper's formula has no such weight: its
+    ``T_A(i)`` is added as it is.
+
+    Args:
+        word_mask: ``[..., W]`` bool (or 0/1), True on a sentence's real words.
+        embed_dim: ``d``.
+        dtype: the dtype of the result.
+
+    Example:
+
+    >>> import numpy as np
+    >>> w = temporal_weights(np.array([[True, True, True], [True, False, False]]), 2)
+    >>> np.asarray(w).round(3).tolist()  # n = 3, then n = 1; k = 1, 2
+    [[0.625, 1.375], [0.75, 1.25]]
+    """
+    n = ops.sum(ops.cast(masking.as_bool(word_mask), dtype), axis=-1, keepdims=True)
+    k = ops.cast(ops.arange(1, embed_dim + 1), dtype)
+    d = float(embed_dim)
+    return 1.0 + 2.0 * (k - (d + 1.0) / 2.0) * n / (d * (n + 1.0))
+
+
 @keras.saving.register_keras_serializable(package="attention_layers")
 class MemoryNetwork(keras.layers.Layer):
     """End-to-end memory network: multi-hop attention over a story's sentences.
@@ -107,9 +139,11 @@ class MemoryNetwork(keras.layers.Layer):
     * ``l_j`` is the position encoding ``l_kj = (1 - j/J) - (k/d)(1 - 2j/J)``
       (`position_encoding`), with ``J`` the number of real words of that
       sentence; ``position_encoding="reference"`` takes the formula of the
-      authors' code instead, about twice the paper's (with SGD at the
-      code's rate it trained our bAbI-style task 3 at 1k much better: see
-      the QA pipeline's page); with ``position_encoding=False``
+      authors' code instead, about twice the paper's, and weighs the
+      temporal encodings as that code does (`temporal_weights`: it writes
+      the time index as one more word of the sentence); with SGD at the
+      code's rate it trained our bAbI-style task 3 at 1k much better (see
+      the QA pipeline's page). With ``position_encoding=False``
       it is 1 (a bag of words). Padded words count for nothing.
     * ``T_A(i)``, ``T_C(i)`` are learned temporal encodings, rows of
       ``[max_memories, embed_dim]`` matrices. The story is in chronological
@@ -510,7 +544,10 @@ class MemoryNetwork(keras.layers.Layer):
                 vectors = self._encode(self.embeddings[index], story, word_mask)
                 if self.temporal_encoding:
                     table = ops.cast(self.temporal[index], dtype)
-                    vectors = vectors + ops.take(table, recency, axis=0)
+                    rows = ops.take(table, recency, axis=0)
+                    if self.position_encoding == "reference":
+                        rows = rows * temporal_weights(word_mask, self.embed_dim, dtype)
+                    vectors = vectors + rows
                 encoded[index] = vectors
             return encoded[index]
 

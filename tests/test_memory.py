@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import attention_layers as al
-from attention_layers.memory import position_encoding
+from attention_layers.memory import position_encoding, temporal_weights
 from tests import contract
 
 V, D, M, W = 9, 4, 3, 4
@@ -51,6 +51,19 @@ def np_position_encoding(mask, d, formula="paper"):
     return out
 
 
+def np_time_weight(ids, d):
+    """The reference code's weight of a sentence's temporal row: its time
+    word is word ``J`` of ``J = n + 1``, ``n`` the sentence's real words."""
+    length = int(np.sum(ids != 0)) + 1  # J; the time word is j = J
+    j = length
+    return np.array(
+        [
+            1 + 4 * (k - (d + 1) / 2) * (j - (length + 1) / 2) / (d * length)
+            for k in range(1, d + 1)
+        ]
+    )
+
+
 def np_encode(table, ids, pe):
     """``pe``: True or "paper", "reference", or False (a bag of words)."""
     mask = ids != 0
@@ -63,11 +76,21 @@ def np_encode(table, ids, pe):
 
 
 def np_forward(
-    w, story, question, hops, pe=True, te=True, tying="adjacent", linear=False
+    w,
+    story,
+    question,
+    hops,
+    pe=True,
+    te=True,
+    tying="adjacent",
+    linear=False,
+    time_weight=True,
 ):
     """Logits ``[B, V]`` and attention ``[B, hops, M]``, one example at a time.
 
-    ``linear``: the linear start, ``p_i = u . m_i`` on real memories. With
+    ``linear``: the linear start, ``p_i = u . m_i`` on real memories.
+    ``time_weight=False`` leaves out the reference code's weight of the
+    temporal rows (to show that it matters). With
     ``w["U"]``, ``w["b"]``, ``w["V"]``: the residual readout
     ``u + V relu(U u + b)``."""
     logits, attention = [], []
@@ -78,7 +101,14 @@ def np_forward(
         def memory(t, x=x, recency=recency):
             vectors = np.stack([np_encode(w["E"][t], s, pe) for s in x])
             if te:
-                vectors = vectors + w["T"][t][recency]
+                rows = w["T"][t][recency]
+                if (
+                    pe == "reference" and time_weight
+                ):  # the code's time word: word n+1 of n+1
+                    rows = rows * np.stack(
+                        [np_time_weight(s, rows.shape[1]) for s in x]
+                    )
+                vectors = vectors + rows
             return vectors
 
         u = np_encode(w["B"] if tying == "layerwise" else w["E"][0], q, pe)
@@ -292,6 +322,36 @@ def test_reference_position_encoding_by_hand():
     assert np.abs(reference - 2 * paper).max() < 0.1
     with pytest.raises(ValueError, match="`formula` must be one of"):
         position_encoding(np.ones(3, bool), 2, formula="matlab")
+
+
+def test_temporal_weights_by_hand():
+    # n = 2 real words, d = 2: the time word is word 3 of 3,
+    # 1 + 4 (k - 3/2)(3 - 2) / 6: 2/3 and 4/3; n = 1: 3/4 and 5/4.
+    got = np_(temporal_weights(np.array([[0, 1, 1, 0], [1, 0, 0, 0]]), 2))
+    np.testing.assert_allclose(got, [[2 / 3, 4 / 3], [0.75, 1.25]], rtol=1e-6)
+    ids = np.array([3, 1, 4, 1, 5, 0, 0])
+    np.testing.assert_allclose(
+        np_(temporal_weights(ids != 0, 20)), np_time_weight(ids, 20), rtol=1e-6
+    )
+
+
+def test_reference_weighs_the_temporal_rows():
+    layer = al.MemoryNetwork(V, D, M, W, hops=2, position_encoding="reference")
+    layer(STORY, QUESTION)
+    w = random_weights(layer)
+    logits, attention = layer(STORY, QUESTION, return_attention=True)
+    want_logits, want_attention = np_forward(w, STORY, QUESTION, 2, pe="reference")
+    np.testing.assert_allclose(np_(logits), want_logits, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np_(attention), want_attention, rtol=1e-4, atol=1e-5)
+    # Not the unweighted rows: the same weights read without the time weight.
+    unweighted_logits, _ = np_forward(
+        {**w, "T": [t * 0 for t in w["T"]]}, STORY, QUESTION, 2, pe="reference"
+    )
+    plain_logits, _ = np_forward(
+        w, STORY, QUESTION, 2, pe="reference", time_weight=False
+    )
+    assert not np.allclose(np_(logits), plain_logits, atol=1e-3)
+    assert not np.allclose(np_(logits), unweighted_logits, atol=1e-3)
 
 
 def test_position_encoding_argument_and_config():

@@ -67,7 +67,8 @@ class ModelConfig:
     ``max_memories`` is how many of a story's most recent sentences the
     model reads (the paper: 50). ``position_encoding`` is True (the paper's
     formula; ``"paper"`` is the same), ``"reference"`` (the formula of the
-    authors' code, about twice the paper's) or False (a bag of words).
+    authors' code, about twice the paper's, which also weighs the temporal
+    encodings as that code does) or False (a bag of words).
     ``linear_start_epochs > 0`` trains the first phase, at most that many
     epochs (it ends early when the validation loss stops falling), without
     the hops' softmax: the paper's linear start, which gets past the
@@ -164,8 +165,9 @@ def _memn2n() -> QAConfig:
     and 3 (98.5% and 94.1% against 97.3% and 88.1%); task 2 reached 99.0%
     with ``--set model.readout_units=64`` (the best of four seeds by training
     error). Trained jointly at 1k (``babi:1,2,3@1k``), task 3 reached 79.3%.
-    At 1k, ``--set model.position_encoding=reference`` (the code's formula,
-    not yet tried at 10k) lifted task 3 trained alone."""
+    At 1k, ``--set model.position_encoding=reference`` (the code's position
+    and temporal weights, not yet tried at 10k) lifted task 3 trained alone
+    from 48.9% to 67.4% (seed 0; 71.1% by the paper's rule over ten)."""
     return QAConfig(
         name="memn2n",
         data=DataConfig(source="babi:1@10k"),
