@@ -163,6 +163,7 @@ def pipeline_group(nodeid: str) -> str | None:
 # Tests that share one expensive module fixture, by node id prefix.
 SHARED_FIXTURES = {
     "tests/test_contract.py::test_saved_model_without_library[": "layer-saved-models",
+    "tests/test_contract.py::test_distribution_api[": "layer-distribution",
 }
 
 

@@ -35,6 +35,9 @@ setup(
             "babel",
             # The captioning tests score CIDEr too (the `cider` extra).
             "pycocoevalcap>=1.2",
+            # The decoding point of benchmarks/bench_gpu.py, whose --smoke
+            # mode the tests run (the peer samplers).
+            "keras-hub",
         ],
         # The reference pipelines (pipelines/): metrics, plots, data, serving.
         "pipelines": [

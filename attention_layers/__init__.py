@@ -8,6 +8,7 @@ from attention_layers.copy import (
     extended_source_ids,
     extended_target_ids,
 )
+from attention_layers.distribution import layout_map
 from attention_layers.hard import HardAttention, ReinforceLoss
 from attention_layers.local import LocalAttention
 from attention_layers.losses import (
@@ -76,6 +77,7 @@ __all__ = [
     "doubly_stochastic_loss",
     "extended_source_ids",
     "extended_target_ids",
+    "layout_map",
     "masked_softmax",
     "memory_supervision_loss",
     "merge_masks",

@@ -8,20 +8,21 @@ Three evaluations of the same attention, chosen per call (``implementation``):
 * ``"tiled"``: query blocks times key blocks with an online softmax (a running
   maximum and sum) and a hand-written backward pass (``attention_layers.tiled``),
   so that forward and backward memory grow linearly with the sequence lengths.
+* ``"pallas"``: JAX's Pallas flash-attention kernel for GPUs
+  (``attention_layers.pallas_attention``): linear memory in float32 too.
 
 Every path has the same mask semantics: masked positions get zero weight, a
 fully masked query row gets zero weights and a zero context (the output is then
 the output projection's bias), and NaN or inf under padding never leaks.
 """
 
-import functools
 import math
 import numbers
 
 import keras
 from keras import ops
 
-from attention_layers import masking
+from attention_layers import devices, masking
 from attention_layers.base import (
     check_float,
     check_mask_shape,
@@ -30,22 +31,23 @@ from attention_layers.base import (
     score_dtype,
 )
 from attention_layers.base import static_shape as _static
+from attention_layers.pallas_attention import pallas_attention
+from attention_layers.pallas_attention import supports as pallas_supports
 from attention_layers.positional import RotaryEmbedding
 from attention_layers.tiled import Masks, combine, length, tiled_attention
 
-IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused")
-# Query length times key length past which "auto" tiles: at 1024 x 1024 the
-# scores of a batch of 32 with 8 heads already take 1 GiB in float32.
+_NO_MASKS = Masks(None, None, None, None)
+
+IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused", "pallas")
+# Query length times key length past which "auto" takes a linear-memory path
+# (the tiled one on a CPU, Pallas' kernel on a GPU in float32): at 1024 x 1024
+# the scores of a batch of 32 with 8 heads already take 1 GiB in float32.
 DEFAULT_TILE_THRESHOLD = 1 << 20
+# Past this many query-key pairs (8192 x 8192: 4 GiB of float32 scores for a
+# batch of 2 with 8 heads) "auto" tiles on an accelerator where no fused
+# kernel keeps memory linear; below it the backend's kernel is faster.
+ACCELERATOR_TILE_THRESHOLD = 1 << 26
 DEFAULT_BLOCK_SIZE = 256
-
-
-@functools.cache
-def on_accelerator():
-    """Whether Keras's default devices are GPUs or TPUs (asked once)."""
-    return any(
-        not d.lower().startswith("cpu") for d in keras.distribution.list_devices()
-    )
 
 
 _ROTARY_EXPECTED = "None, True, a RotaryEmbedding or a dict of its arguments"
@@ -119,13 +121,20 @@ class MultiHeadAttention(keras.layers.Layer):
       else over tiles of ``block_size`` keys with an online softmax; a tiled
       backward pass: memory linear in the lengths, causal tiles above the
       diagonal skipped; no scores, no dropout.
-    * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
-      else ``"fused"`` when Keras's default devices are GPUs or TPUs and
-      ``value_dim == key_dim`` (the backend kernels want one head size);
-      else (on CPU) ``"tiled"`` when the static ``Tq * Tk`` exceeds
-      ``tile_threshold``, ``"fused"`` in float32 when ``value_dim ==
-      key_dim``, ``"direct"`` otherwise. Explicit ``"tiled"`` or ``"fused"``
-      raise where they cannot serve a call.
+    * ``"pallas"``: JAX's Pallas flash-attention kernel for GPUs (its
+      interpreter off a GPU): memory linear in the lengths in float32 too;
+      JAX only, equal static query and key lengths, one head size, no key
+      or pairwise mask, a causal mask only for queries aligned with the
+      keys; no scores, no dropout.
+    * ``"auto"``: ``"direct"`` when scores are returned or dropout is active.
+      On a GPU or TPU with ``value_dim == key_dim``: ``"fused"`` in 16-bit
+      (cuDNN's or the TPU's flash kernel); in float32 ``"pallas"`` past
+      ``tile_threshold`` query-key pairs where it serves the call, else
+      ``"tiled"`` past 2^26 pairs (8192 x 8192) and ``"fused"`` below. On a
+      CPU ``"tiled"`` when the static ``Tq * Tk`` exceeds ``tile_threshold``,
+      ``"fused"`` in float32 when ``value_dim == key_dim``, ``"direct"``
+      otherwise. Explicit ``"tiled"``, ``"fused"`` or ``"pallas"`` raise where
+      they cannot serve a call.
 
     Rotary positions (``rotary``, Su et al. 2021) rotate the projected
     queries and keys of every head (`RotaryEmbedding`) before the scores, on
@@ -159,8 +168,9 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         implementation: ``"auto"``, ``"direct"``, ``"tiled"`` or ``"fused"``.
-        tile_threshold: ``Tq * Tk`` past which ``"auto"`` tiles on CPU (default
-            ``2**20``, e.g. 1024 queries times 1024 keys).
+        tile_threshold: ``Tq * Tk`` past which ``"auto"`` takes a
+            linear-memory path: tiles on a CPU, Pallas' kernel on a GPU in
+            float32 (default ``2**20``, e.g. 1024 queries times 1024 keys).
         block_size: query rows of one block of the tiled path, and key columns
             of one tile when it tiles the keys (default 256).
         seed: dropout seed.
@@ -441,35 +451,81 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.zeros(shape, dtype=self.compute_dtype)
 
     # -- call ----------------------------------------------------------------
-    def _choose(self, training, return_scores, tq, tk):
+    def _choose(self, training, return_scores, tq, tk, masks=None):
+        """The implementation of one call (see the class docstring)."""
         dropping = bool(self.dropout) and bool(training)
         impl = self.implementation
         if impl == "direct":
             return impl
-        if impl in ("tiled", "fused"):
-            if return_scores:
-                raise self._error(
-                    "return_attention_scores",
-                    f"False with implementation={impl!r}, which never "
-                    "materialises the scores (use 'direct' or 'auto')",
-                    "True",
-                )
-            if dropping:
-                raise self._error(
-                    "training",
-                    f"no dropout with implementation={impl!r} (dropout on "
-                    "the attention weights needs 'direct' or 'auto')",
-                    f"training=True with dropout={self.dropout}",
-                )
+        if impl != "auto":
+            self._check_explicit(impl, dropping, return_scores, tq, tk, masks)
             return impl
         if return_scores or dropping:
             return "direct"
-        if self.value_dim == self.key_dim and on_accelerator():
-            return "fused"  # the backend's kernel, whatever the lengths
-        if None not in (tq, tk) and tq * tk > self.tile_threshold:
+        pairs = None if None in (tq, tk) else tq * tk
+        if devices.on_accelerator():
+            return self._choose_on_accelerator(pairs, tq, tk, masks)
+        if pairs is not None and pairs > self.tile_threshold:
             return "tiled"
         fused = self.compute_dtype == "float32" and self.value_dim == self.key_dim
         return "fused" if fused else "direct"
+
+    def _choose_on_accelerator(self, pairs, tq, tk, masks):
+        """``"auto"`` on a GPU or TPU: the backend's fused kernel where it
+        keeps memory linear (16-bit) or the scores fit, else Pallas' kernel or
+        the tiled path."""
+        long = pairs is not None and pairs > ACCELERATOR_TILE_THRESHOLD
+        if self.value_dim != self.key_dim:
+            return "tiled" if long else "direct"
+        if self.compute_dtype != "float32":
+            return "fused"
+        if (
+            pairs is not None
+            and pairs > self.tile_threshold
+            and devices.pallas_attention_available()
+            and pallas_supports(
+                masks or _NO_MASKS, tq, tk, self.key_dim, self.value_dim
+            )
+        ):
+            return "pallas"
+        return "tiled" if long else "fused"
+
+    def _check_explicit(self, impl, dropping, return_scores, tq, tk, masks):
+        """Raise where an explicit ``"tiled"``, ``"fused"`` or ``"pallas"``
+        cannot serve a call."""
+        if return_scores:
+            raise self._error(
+                "return_attention_scores",
+                f"False with implementation={impl!r}, which never "
+                "materialises the scores (use 'direct' or 'auto')",
+                "True",
+            )
+        if dropping:
+            raise self._error(
+                "training",
+                f"no dropout with implementation={impl!r} (dropout on "
+                "the attention weights needs 'direct' or 'auto')",
+                f"training=True with dropout={self.dropout}",
+            )
+        if impl != "pallas":
+            return
+        if keras.backend.backend() != "jax" or devices.platform() == "tpu":
+            raise self._error(
+                "implementation",
+                "'pallas' on the JAX backend, on a GPU (or a CPU, interpreted)",
+                f"the {keras.backend.backend()} backend on {devices.platform()}",
+            )
+        if not pallas_supports(
+            masks or _NO_MASKS, tq, tk, self.key_dim, self.value_dim
+        ):
+            raise self._error(
+                "implementation",
+                "'pallas' for a call it can serve: equal static query and key "
+                "lengths, value_dim == key_dim, no key or pairwise mask "
+                "(use 'auto' or 'tiled')",
+                f"'pallas' with Tq={tq}, Tk={tk}, key_dim={self.key_dim}, "
+                f"value_dim={self.value_dim}",
+            )
 
     def call(
         self,
@@ -525,7 +581,6 @@ class MultiHeadAttention(keras.layers.Layer):
         check_mask_shape(self, "value_mask", value_mask, (batch, tk))
         check_mask_shape(self, "key_mask", key_mask, (batch, tk))
         check_mask_shape(self, "attention_mask", attention_mask, (batch, tq, tk))
-        impl = self._choose(training, return_attention_scores, tq, tk)
 
         query_mask = masking.as_bool(query_mask)
         kv_mask = masking.and_masks(value_mask, key_mask)
@@ -587,8 +642,11 @@ class MultiHeadAttention(keras.layers.Layer):
             offset,
         )
 
+        impl = self._choose(training, return_attention_scores, tq, tk, masks)
         if impl == "tiled":
             context, scores = self._tiled(q, k, v, masks), None
+        elif impl == "pallas":
+            context, scores = self._pallas(q, k, v, masks), None
         elif impl == "fused":
             context, scores = self._fused(q, k, v, masks), None
         else:
@@ -663,6 +721,11 @@ class MultiHeadAttention(keras.layers.Layer):
             scale=1.0 / math.sqrt(self.key_dim),
         )
         return masking.zero_masked(context, rows)
+
+    def _pallas(self, q, k, v, masks):
+        dtype = "float32" if self.compute_dtype == "float16" else self.compute_dtype
+        q, k, v = (ops.cast(x, dtype) for x in (q, k, v))
+        return pallas_attention(q, k, v, masks, 1.0 / math.sqrt(self.key_dim))
 
     def _tiled(self, q, k, v, masks):
         return tiled_attention(self._scaled_query(q), k, v, masks, self.block_size)

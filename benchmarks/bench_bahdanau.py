@@ -64,7 +64,7 @@ def inputs():
     return query, value
 
 
-def build(impl, block_elements=None):
+def build(impl, options=None):
     """``(call(query, value) -> context, [W1, W2, v])`` of one candidate."""
     import keras
     import numpy as np
@@ -73,7 +73,7 @@ def build(impl, block_elements=None):
 
     keras.utils.set_random_seed(0)
     if impl == "ours":
-        layer = al.BahdanauAttention(units=UNITS, block_elements=block_elements)
+        layer = al.BahdanauAttention(units=UNITS, **(options or {}))
 
         def call(query, value):
             return layer(query, value)
@@ -132,14 +132,14 @@ def log(msg):
 
 
 # -- speed ---------------------------------------------------------------------
-def speed(pairs, reps, warmup, block_elements=None):
+def speed(pairs, reps, warmup, options=None):
     query, value = inputs()
     mm, mm_flops = paired.matmul_peak()
     results = {}
     for mode in MODES:
         fns = {}
         for impl in IMPLS:
-            fn = compiled(*build(impl, block_elements), mode)
+            fn = compiled(*build(impl, options), mode)
             fns[impl] = lambda fn=fn: fn(query, value)
         fns["matmul"] = mm
         log(f"[speed {mode}] {warmup} warm-up rounds, {pairs} timed rounds")
@@ -176,12 +176,12 @@ def speed(pairs, reps, warmup, block_elements=None):
 
 
 # -- memory --------------------------------------------------------------------
-def fit_worker(impl, calls, block_elements=None):
+def fit_worker(impl, calls, options=None):
     """Child process: peak RSS growth of ``calls`` steps of ``Model.fit``."""
     import keras
     import tensorflow as tf
 
-    call, _ = build(impl, block_elements)
+    call, _ = build(impl, options)
     query_in, value_in = keras.Input((None, D)), keras.Input((None, D))
     model = keras.Model([query_in, value_in], call(query_in, value_in))
     model.compile(optimizer="adam", loss=lambda _, context: keras.ops.mean(context**2))
@@ -203,25 +203,25 @@ def fit_worker(impl, calls, block_elements=None):
     paired.emit({"impl": impl, "mode": FIT, **result})
 
 
-def worker(impl, mode, calls, block_elements=None):
+def worker(impl, mode, calls, options=None):
     """Child process: build, then the peak RSS growth of ``calls`` passes."""
     if mode == FIT:
-        return fit_worker(impl, calls, block_elements)
+        return fit_worker(impl, calls, options)
     query, value = inputs()
-    fn = compiled(*build(impl, block_elements), mode)
+    fn = compiled(*build(impl, options), mode)
     # Trace (and build the graph) before the baseline: the trace is not a pass.
     fn.get_concrete_function()
     result = paired.measure_peak(lambda: fn(query, value), calls)
     paired.emit({"impl": impl, "mode": mode, **result})
 
 
-def memory(calls, block_elements=None):
+def memory(calls, options=None):
     results = {}
     for mode in MEMORY_MODES:
         for impl in IMPLS:
             args = ["--worker", impl, mode, "--calls", str(calls)]
-            if block_elements:
-                args += ["--block-elements", str(block_elements)]
+            for name, value in (options or {}).items():
+                args += [f"--{name.replace('_', '-')}", str(value)]
             t0 = time.perf_counter()
             r = paired.run_worker("benchmarks.bench_bahdanau", args)
             results[f"{impl} {mode}"] = r
@@ -243,8 +243,7 @@ def report(command, env, diff, spd, mem):
         "tf.function(jit_compile=False), fixed input signature.",
         f"Same function check: max |ours - peer| with shared weights = {diff:.2e}",
         "",
-        "Environment: "
-        + ", ".join(f"{k}={v}" for k, v in env.items() if k != "block_elements"),
+        "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()),
         "",
     ]
     if spd:
@@ -366,11 +365,24 @@ def main(argv=None):
         "--block-elements", type=int, help="our block budget (default: the library's)"
     )
     parser.add_argument(
+        "--implementation",
+        choices=("auto", "blocks", "fused"),
+        help="our score's evaluation (default: the layer's, auto)",
+    )
+    parser.add_argument(
         "--worker", nargs=2, metavar=("IMPL", "MODE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
+    options = {
+        k: v
+        for k, v in (
+            ("block_elements", args.block_elements),
+            ("implementation", args.implementation),
+        )
+        if v is not None
+    }
     if args.worker:
-        worker(*args.worker, args.calls, args.block_elements)
+        worker(*args.worker, args.calls, options)
         return
     if args.pairs < 1:
         parser.error("--pairs must be positive")
@@ -379,14 +391,12 @@ def main(argv=None):
         sys.argv[1:] if argv is None else argv
     )
     t0 = time.perf_counter()
-    env = {**paired.environment(), "block_elements": args.block_elements}
+    env = {**paired.environment(), **options}
     diff = check_same_function()
     spd = (
-        None
-        if args.skip_speed
-        else speed(args.pairs, args.reps, args.warmup, args.block_elements)
+        None if args.skip_speed else speed(args.pairs, args.reps, args.warmup, options)
     )
-    mem = None if args.skip_memory else memory(args.calls, args.block_elements)
+    mem = None if args.skip_memory else memory(args.calls, options)
     text = report(command.strip(), env, diff, spd, mem)
     text += f"\n\nTotal benchmark time: {time.perf_counter() - t0:.0f} s"
     print(text)

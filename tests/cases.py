@@ -19,6 +19,15 @@ CASES = [
     Case("bahdanau_normalized", partial(al.BahdanauAttention, units=8, normalize=True)),
     # A tiny block budget forces the blocked evaluation over query rows.
     Case("bahdanau_blocked", partial(al.BahdanauAttention, units=8, block_elements=40)),
+    # The accelerators' evaluation: one fused piece, the gradient written out.
+    Case(
+        "bahdanau_fused",
+        partial(al.BahdanauAttention, units=8, implementation="fused"),
+        bad_ctor=[
+            ({"implementation": "chunked"}, "implementation"),
+            ({"block_elements": 0}, "block_elements"),
+        ],
+    ),
     # Coverage (See et al. 2017), called without `coverage`: the first step.
     Case(
         "bahdanau_coverage",

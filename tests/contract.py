@@ -540,6 +540,59 @@ def check_mirrored_strategy(case):
         )
 
 
+# -- 7. Keras' distribution API on JAX (two virtual devices) ------------------------
+def run_distributed(case_ids, tmp_path):
+    """``{case id: result}`` of `tests.distributed` for every case, in one
+    JAX process with two virtual CPU devices (a result is a traceback's text
+    where that case failed to run)."""
+    out_path = os.path.join(tmp_path, "distributed.json")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "jax"}
+    env["XLA_FLAGS"] = " ".join(
+        filter(None, [env.get("XLA_FLAGS"), "--xla_force_host_platform_device_count=2"])
+    )
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.distributed", out_path, *case_ids],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out_path) as f:
+        return json.load(f)
+
+
+def check_distributed(case, result):
+    """One SGD step under ``DataParallel`` over two devices, and under
+    ``ModelParallel`` with `attention_layers.layout_map`, equals the step on
+    one device: the same loss, the same change of every weight (the gradient,
+    at learning rate 1) and the same predictions after it; under
+    ``ModelParallel`` the weights the layout map names are really split."""
+    assert not isinstance(result, str), result[-3000:]
+    runs = {"data_parallel": result["data_parallel"]}
+    if isinstance(result["model_parallel"], str):
+        # Only a case whose heads or units do not divide over two devices.
+        assert "not divisible" in result["model_parallel"], result["model_parallel"]
+    else:
+        runs["model_parallel"] = result["model_parallel"]
+        # Paths end alike; the layers' own names differ between the models.
+        split, mapped = (
+            sorted("/".join(p.split("/")[-2:]) for p in paths)
+            for paths in (runs["model_parallel"]["split"], result["mapped"])
+        )
+        assert split == mapped, (split, mapped)
+    for name, run in runs.items():
+        assert np.isfinite(run["loss"]).all(), (name, run)
+        if not case.deterministic_training:
+            continue
+        np.testing.assert_allclose(*run["loss"], rtol=1e-5, err_msg=name)
+        assert run["change"] <= 1e-6, (name, run["change"])
+        assert run["predictions"] < 1e-4, (name, run["predictions"])
+
+
 # -- 8. bad input -----------------------------------------------------------------
 def assert_clear_error(layer_cls, argument, fn):
     """``fn`` raises a ValueError naming the layer, the argument, expected, received."""

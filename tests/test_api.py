@@ -34,6 +34,7 @@ PUBLIC = [
     "doubly_stochastic_loss",
     "extended_source_ids",
     "extended_target_ids",
+    "layout_map",
     "masked_softmax",
     "memory_supervision_loss",
     "merge_masks",

@@ -111,6 +111,27 @@ def test_mirrored_strategy_equals_one_device(case):
     contract.check_mirrored_strategy(case)
 
 
+@pytest.fixture(scope="module")
+def distributed_runs(request, tmp_path_factory):
+    """Every selected case's distribution clause, run in one JAX process."""
+    wanted = [
+        item.callspec.params["case"].id
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_distribution_api"
+    ]
+    return contract.run_distributed(wanted, str(tmp_path_factory.mktemp("dist")))
+
+
+@pytest.mark.slow  # one JAX process over every case: about 2.5 minutes
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="starts its own JAX process: run once, from the TensorFlow half",
+)
+@every
+def test_distribution_api(case, distributed_runs):
+    contract.check_distributed(case, distributed_runs[case.id])
+
+
 @every
 def test_bad_input_raises_clear_errors(case):
     contract.check_bad_input(case)

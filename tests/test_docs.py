@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import pytest
 
 import attention_layers
@@ -39,6 +40,8 @@ PAGES_WITH_CODE = [p for p in PAGES if python_blocks(p)]
 # (examples/dates.md trains the dates model for 4 epochs; `make test` runs the
 # same script, examples/dates_demo.py, through tests/test_demo.py.)
 SLOW_PAGES = {"examples/dates.md"}
+# Pages whose examples use Keras' distribution API, which runs on JAX.
+JAX_PAGES = {"distribution.md"}
 
 
 def page_id(page):
@@ -47,6 +50,13 @@ def page_id(page):
 
 def page_param(page):
     marks = [pytest.mark.slow] if page_id(page) in SLOW_PAGES else []
+    if page_id(page) in JAX_PAGES:
+        marks.append(
+            pytest.mark.skipif(
+                keras.backend.backend() != "jax",
+                reason="Keras' distribution API runs on JAX (test-slow's JAX half)",
+            )
+        )
     return pytest.param(page, id=page_id(page), marks=marks)
 
 
