@@ -10,7 +10,7 @@ PYTEST := $(BIN)/python -m pytest -p no:randomly --durations=30
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,docs,pipelines]"
+	$(BIN)/pip install --quiet -e ".[dev,docs,pipelines,torch]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,7 +19,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/attention-pipelines translation demo --config dates --run-dir runs/dates
 
-## test: lint, then the whole default suite on TensorFlow and on JAX.
+## test: lint, then the whole default suite on TensorFlow and on JAX, and the
+## layer contract on PyTorch.
 # The tests compare numbers, not speed, so XLA is told to compile fast: code
 # generation at optimisation level 0 and without the fusion emitters. JAX
 # compiles every eager loop; its compiled programs go to a cache that both
@@ -29,10 +30,16 @@ TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitte
 TEST_JAX_CACHE := $(CURDIR)/.jax-test-cache
 TEST_JAX := KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR="$(TEST_JAX_CACHE)" \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
+# On PyTorch: the layer contract and Keras' own MultiHeadAttention tests and
+# parity (their slow parts, the contract's torch.compile clause among them,
+# in test-slow).
+TEST_TORCH := KERAS_BACKEND=torch
+TORCH_TESTS := tests/test_contract.py tests/test_keras_parity.py tests/test_keras_suite.py
 test: $(STAMP) lint
 	rm -rf "$(TEST_JAX_CACHE)"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m "not slow"
+	$(TEST_TORCH) $(PYTEST) -n 2 -m "not slow" $(TORCH_TESTS)
 
 ## test-slow: real training runs to their stated accuracy, the docs pages'
 ## examples and the layer contract's XLA and MirroredStrategy clauses (XLA
@@ -42,6 +49,7 @@ test: $(STAMP) lint
 test-slow: $(STAMP)
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m slow
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(TEST_JAX) $(PYTEST) -n 2 -m jax_slow
+	$(TEST_TORCH) $(PYTEST) -n 2 -m jax_slow $(TORCH_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -47,15 +47,20 @@ if keras.backend.backend() == "tensorflow":
 SLOW_TASKS = {"captioning", "extractive", "locale", "qa", "summarization"}
 
 # On JAX, `make test` runs the shared layer contract and the layers' own
-# tests; these run in `make test-slow` (marker `jax_slow`), as they did in
+# tests (on PyTorch the contract; the Makefile names the files); these run in
+# `make test-slow` (marker `jax_slow`, on PyTorch too), as they did in
 # the TensorFlow half of `make test`: the docs and docstring examples, and
 # the integration tests of the decoding loops, the Transformer stacks and the
 # multi-head kernels' equivalence grids (JAX compiles each of their loops),
 # and the hand-computed cases and decoding loops of the pointer-generator,
 # coverage, memory and span layers (the layer contract runs them on JAX in
-# `make test`; their own modules took 130 s of its JAX half on two workers).
+# `make test`; their own modules took 130 s of its JAX half on two workers),
+# and Keras' own MultiHeadAttention tests and the parity grid against it (the
+# TensorFlow half of `make test` runs the grid).
 JAX_SLOW_MODULES = {
     "test_copy.py",
+    "test_keras_parity.py",
+    "test_keras_suite.py",
     "test_coverage.py",
     "test_decoding.py",
     "test_memory.py",

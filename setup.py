@@ -60,6 +60,9 @@ setup(
         # CIDEr-D for captioning's evaluate (pure Python; its METEOR, SPICE
         # and PTB tokenizer need Java, and are not used).
         "cider": ["pycocoevalcap>=1.2"],
+        # The third Keras backend, for the layer tests on it (make test). The
+        # CPU build of this release; a bare "torch" may fetch a CUDA build.
+        "torch": ["torch==2.13.0"],
         "bench": ["keras-hub"],  # the peer samplers of benchmarks/bench_decoding.py
         "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],
     },

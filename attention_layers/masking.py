@@ -29,10 +29,14 @@ def as_bool(mask):
 def causal_mask(query_length, value_length):
     """Lower-triangular ``[Tq, Tv]`` mask: query ``i`` sees values ``j <= i``.
 
-    When ``Tq < Tv`` the queries are taken to be the last ``Tq`` positions, the
-    convention of ``keras.layers.MultiHeadAttention`` for cached decoding.
+    Aligned at the first position whatever the lengths, as in Keras'
+    attention layers (with ``Tq > Tv`` the last queries see every value).
+
+    >>> import numpy as np
+    >>> np.asarray(causal_mask(2, 3)).astype(int).tolist()
+    [[1, 0, 0], [1, 1, 0]]
     """
-    row = ops.expand_dims(ops.arange(query_length), 1) + (value_length - query_length)
+    row = ops.expand_dims(ops.arange(query_length), 1)
     col = ops.expand_dims(ops.arange(value_length), 0)
     return ops.greater_equal(row, col)
 

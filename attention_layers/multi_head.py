@@ -1,15 +1,15 @@
-"""Multi-head attention: self, causal and cross attention with a KV cache.
+"""Multi-head attention: a drop-in for ``keras.layers.MultiHeadAttention``,
+with a KV cache, rotary positions and paths whose memory is linear in length.
 
-Three evaluations of the same attention, chosen per call (``implementation``):
+Five evaluations of the same attention, chosen per call (``implementation``):
 
 * ``"direct"``: the scores ``[B, H, Tq, Tk]`` are materialised, masked and
   normalised in float32; the only path that returns them or applies dropout.
 * ``"fused"``: ``keras.ops.dot_product_attention``, the backend's kernel.
-* ``"tiled"``: query blocks times key blocks with an online softmax (a running
-  maximum and sum) and a hand-written backward pass (``attention_layers.tiled``),
-  so that forward and backward memory grow linearly with the sequence lengths.
+* ``"tiled"``: query blocks times key blocks with an online softmax and a
+  hand-written backward pass (``attention_layers.tiled``).
 * ``"pallas"``: JAX's Pallas flash-attention kernel for GPUs
-  (``attention_layers.pallas_attention``): linear memory in float32 too.
+  (``attention_layers.pallas_attention``).
 
 Every path has the same mask semantics: masked positions get zero weight, a
 fully masked query row gets zero weights and a zero context (the output is then
@@ -22,7 +22,7 @@ import numbers
 import keras
 from keras import ops
 
-from attention_layers import devices, masking
+from attention_layers import attention_axes, devices, masking
 from attention_layers.base import (
     check_float,
     check_mask_shape,
@@ -36,8 +36,6 @@ from attention_layers.pallas_attention import supports as pallas_supports
 from attention_layers.positional import RotaryEmbedding
 from attention_layers.tiled import Masks, combine, length, tiled_attention
 
-_NO_MASKS = Masks(None, None, None, None)
-
 IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused", "pallas")
 # Query length times key length past which "auto" takes a linear-memory path
 # (the tiled one on a CPU, Pallas' kernel on a GPU in float32): at 1024 x 1024
@@ -49,6 +47,17 @@ DEFAULT_TILE_THRESHOLD = 1 << 20
 ACCELERATOR_TILE_THRESHOLD = 1 << 26
 DEFAULT_BLOCK_SIZE = 256
 
+_NO_MASKS = Masks(None, None, None, None)
+# Keras' own words for these refusals, which its users may already match.
+_FLASH_DROPOUT = (
+    "Dropout is not supported when flash attention is enabled. "
+    "Please set dropout to 0.0 to use flash attention."
+)
+_FLASH_SCORES = (
+    "Returning attention scores is not supported when flash attention is "
+    "enabled. Please disable flash attention to access attention scores."
+)
+_KEY_VALUE = "All dimensions of `value` and `key`, except the last one, must be equal"
 
 _ROTARY_EXPECTED = "None, True, a RotaryEmbedding or a dict of its arguments"
 _ROTARY_ARGS = ("max_wavelength", "scaling_factor", "interleaved")
@@ -91,70 +100,135 @@ def _rotary_layer(config, dtype):
     )
 
 
+def _output_shape_arg(layer, output_shape):
+    """``output_shape`` as None, an int, or a list of ints."""
+    if output_shape is None:
+        return None
+    dims = (
+        (output_shape,) if isinstance(output_shape, numbers.Integral) else output_shape
+    )
+    try:
+        dims = [check_positive_int(layer, "output_shape", d) for d in dims]
+    except (TypeError, ValueError):
+        raise input_error(
+            layer,
+            "output_shape",
+            "a positive integer or a tuple or list of them",
+            f"{output_shape!r} (Invalid `output_shape`)",
+        ) from None
+    return dims[0] if isinstance(output_shape, numbers.Integral) else dims
+
+
+def _attention_axes_arg(layer, attention_axes):
+    """``attention_axes`` as None or a tuple of ints."""
+    if attention_axes is None:
+        return None
+    axes = (attention_axes,) if isinstance(attention_axes, int) else attention_axes
+    if not isinstance(axes, (list, tuple)) or not all(
+        isinstance(a, int) and not isinstance(a, bool) for a in axes
+    ):
+        raise input_error(
+            layer,
+            "attention_axes",
+            "None, an int, or a list or tuple of ints",
+            repr(attention_axes),
+        )
+    return tuple(axes)
+
+
+def _attention_mask_4d(layer, mask, batch, heads, tq, tk):
+    """``attention_mask`` of shape ``(Tq, Tk)``, ``(B or 1, Tq, Tk)`` or
+    ``(B or 1, H or 1, Tq, Tk)`` as a boolean ``[B or 1, H or 1, Tq, Tk]``."""
+    mask = masking.as_bool(mask)
+    shape = _static(mask.shape)
+    forms = {2: (tq, tk), 3: (batch, tq, tk), 4: (batch, heads, tq, tk)}
+    want = forms.get(len(shape))
+    ok = want is not None and all(
+        a is None or b is None or a == b or (a == 1 and i < len(shape) - 2)
+        for i, (a, b) in enumerate(zip(shape, want, strict=True))
+    )
+    if not ok:
+        raise input_error(
+            layer,
+            "attention_mask",
+            f"shape (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk) = {(tq, tk)}, "
+            f"{(batch, tq, tk)} or {(batch, heads, tq, tk)} (B and H may be 1)",
+            f"shape {shape}",
+        )
+    while len(mask.shape) < 4:
+        mask = ops.expand_dims(mask, 0 if len(mask.shape) == 2 else 1)
+    return mask
+
+
 @keras.saving.register_keras_serializable(package="attention_layers")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention of Vaswani et al. (2017): self, causal and cross.
 
     ``head_h = softmax(Q_h K_h^T / sqrt(key_dim)) V_h`` with ``Q_h = q W^Q_h``,
     ``K_h = k W^K_h``, ``V_h = v W^V_h``, and the output
-    ``concat(head_1..head_H) W^O + b^O``. The weights have the layout and order
-    of ``keras.layers.MultiHeadAttention`` (kernels ``[d_in, H, key_dim]`` and
-    biases ``[H, key_dim]`` for query, key and value; output kernel
-    ``[H, value_dim, d_out]`` and bias ``[d_out]``), so ``set_weights`` copies
-    weights between the two.
+    ``concat(head_1..head_H) W^O + b^O``. It takes every argument and input
+    of ``keras.layers.MultiHeadAttention`` (Keras 3.15) with the same meaning
+    and the same weights in the same order, so ``set_weights`` copies weights
+    between the two and ``from_config`` reads a Keras config
+    (docs/from_keras_attention.md has the table).
 
-    Masks follow the library's contract: a masked position gets zero weight; a
-    fully masked query row gets zero weights and attends to nothing, so its
-    output is the output bias alone (Keras instead spreads it uniformly); NaN
-    under padding never leaks. Scores are normalised in float32 under
-    ``mixed_float16`` and ``mixed_bfloat16``.
+    Differences from Keras: a fully masked query row gets zero weights and
+    attends to nothing, so its output is the output bias alone (Keras spreads
+    it uniformly); NaN under padding never leaks; scores are normalised in
+    float32 under ``mixed_float16`` and ``mixed_bfloat16``. What Keras lacks:
+    a KV cache for incremental decoding, rotary positions, and the
+    ``implementation`` choice (the module docstring lists the paths).
 
-    ``implementation`` picks how the attention is evaluated:
+    ``implementation``:
 
     * ``"direct"``: scores materialised; the only path that returns scores or
       applies dropout.
     * ``"fused"``: ``keras.ops.dot_product_attention`` (inputs cast to float32
       under ``mixed_float16``, whose range the product may overflow); needs
-      ``value_dim == key_dim``.
-    * ``"tiled"``: blocks of ``block_size`` queries, each over all the keys
-      at once while ``block_size * Tk <= 2^20`` (static ``Tk``, not causal),
-      else over tiles of ``block_size`` keys with an online softmax; a tiled
-      backward pass: memory linear in the lengths, causal tiles above the
-      diagonal skipped; no scores, no dropout.
+      ``value_dim == key_dim``; ``flash_attention`` is passed to it.
+    * ``"tiled"``: blocks of ``block_size`` queries over all the keys or over
+      tiles of ``block_size`` keys with an online softmax, and a tiled
+      backward pass: memory linear in the lengths; no scores, no dropout, no
+      per-head mask.
     * ``"pallas"``: JAX's Pallas flash-attention kernel for GPUs (its
-      interpreter off a GPU): memory linear in the lengths in float32 too;
-      JAX only, equal static query and key lengths, one head size, no key
-      or pairwise mask, a causal mask only for queries aligned with the
-      keys; no scores, no dropout.
-    * ``"auto"``: ``"direct"`` when scores are returned or dropout is active.
-      On a GPU or TPU with ``value_dim == key_dim``: ``"fused"`` in 16-bit
-      (cuDNN's or the TPU's flash kernel); in float32 ``"pallas"`` past
-      ``tile_threshold`` query-key pairs where it serves the call, else
-      ``"tiled"`` past 2^26 pairs (8192 x 8192) and ``"fused"`` below. On a
-      CPU ``"tiled"`` when the static ``Tq * Tk`` exceeds ``tile_threshold``,
-      ``"fused"`` in float32 when ``value_dim == key_dim``, ``"direct"``
-      otherwise. Explicit ``"tiled"``, ``"fused"`` or ``"pallas"`` raise where
-      they cannot serve a call.
+      interpreter off a GPU); JAX only, equal static query and key lengths,
+      one head size, no key, pairwise or window mask, a causal mask only for
+      queries aligned with the keys; no scores, no dropout.
+    * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
+      ``"fused"`` when ``flash_attention`` is True. On a GPU or TPU with
+      ``value_dim == key_dim``: ``"fused"`` in 16-bit; in float32
+      ``"pallas"`` past ``tile_threshold`` query-key pairs where it serves
+      the call, else ``"tiled"`` past 2^26 pairs and ``"fused"`` below. On a
+      CPU ``"tiled"`` past ``tile_threshold`` pairs, else ``"fused"`` in
+      float32 with one head size and ``"direct"`` otherwise. Explicit paths
+      raise where they cannot serve a call.
 
-    Rotary positions (``rotary``, Su et al. 2021) rotate the projected
-    queries and keys of every head (`RotaryEmbedding`) before the scores, on
-    every implementation, so the scores depend on relative positions only.
-    Keys are at positions ``0..Tk-1`` and query ``i`` at ``i + Tk - Tq`` (as
-    for the causal mask: the same positions in self-attention). With a
-    self-attention cache the new keys are rotated at their positions
-    ``index + t`` before they are written, and the queries at the same
-    positions. Rotary positions are for self-attention: a cross-attention
-    cache (``compute_cache``) is refused.
+    Masks, as in Keras: ``query_mask`` ``[B, Tq]``, ``value_mask`` and
+    ``key_mask`` ``[B, Tk]`` (filled from ``Embedding(mask_zero=True)``), an
+    ``attention_mask`` ``(Tq, Tk)``, ``(B, Tq, Tk)`` or per head ``(B, H, Tq,
+    Tk)`` (size-1 batch and head axes broadcast), the causal mask (query ``i``
+    sees keys ``j <= i``, aligned at the first key as in Keras) and the
+    ``sliding_window`` band ``|i - j| < sliding_window``. With a
+    self-attention cache the queries sit at ``cache_update_index + i``: the
+    causal mask and the window count from there.
 
     Incremental decoding uses a cache ``[B, 2, S, H, key_dim]`` (keys at index
     0, values at 1; it needs ``value_dim == key_dim``). Self-attention: pass
     ``cache`` and ``cache_update_index``; the new tokens' keys and values are
     written at ``[index, index + T)`` and the queries attend over the cache,
-    where slots from ``index + T`` on (not yet written) are masked, and with
-    ``use_causal_mask`` query ``i`` sees slots ``<= index + i``.
+    where slots from ``index + T`` on (not yet written) are masked.
     Cross-attention: pass ``cache=layer.compute_cache(memory)`` and no index.
-    `TransformerEncoderBlock` and `TransformerDecoderBlock` pass their
-    ``rotary`` argument to their self-attention.
+
+    Rotary positions (``rotary``, Su et al. 2021) rotate the projected
+    queries and keys of every head before the scores, on every path: keys at
+    positions ``0..Tk-1``, queries at ``0..Tq-1`` (at ``index + i`` with a
+    self-attention cache). They are for self-attention: a cross-attention
+    cache is refused.
+
+    Inputs of higher rank (``[B, d_1, ..., d_n, dim]``) attend over their
+    ``attention_axes`` as in Keras (the other axes act as batch axes); the
+    causal mask and the window then count positions along the attention axes
+    flattened; the cache and rotary positions need rank-3 inputs.
 
     Args:
         num_heads: number of heads ``H``.
@@ -165,43 +239,49 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: whether the projections have biases.
         output_shape: last dimension(s) of the output; ``None`` means the
             query's last dimension.
+        attention_axes: the axes attended over (``None``: every axis but the
+            batch and the features).
+        sliding_window: ``None``, or each query sees the keys within
+            ``sliding_window - 1`` positions of its own.
+        flash_attention: ``None`` (the backend decides; see
+            ``keras.config.enable_flash_attention``), True or False: passed
+            to the backend's fused kernel.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
-        implementation: ``"auto"``, ``"direct"``, ``"tiled"`` or ``"fused"``.
+        kernel_regularizer: regularizer of the projection kernels.
+        bias_regularizer: regularizer of the projection biases.
+        activity_regularizer: regularizer of the projections' outputs and of
+            the layer's output (as in Keras).
+        kernel_constraint: constraint on the projection kernels.
+        bias_constraint: constraint on the projection biases.
+        use_gate: gate the attention output with ``sigmoid(q W^G)`` before the
+            output projection (Qiu et al. 2025).
+        seed: dropout seed.
+        implementation: ``"auto"``, ``"direct"``, ``"tiled"``, ``"fused"`` or
+            ``"pallas"``.
         tile_threshold: ``Tq * Tk`` past which ``"auto"`` takes a
-            linear-memory path: tiles on a CPU, Pallas' kernel on a GPU in
-            float32 (default ``2**20``, e.g. 1024 queries times 1024 keys).
+            linear-memory path (default ``2**20``).
         block_size: query rows of one block of the tiled path, and key columns
             of one tile when it tiles the keys (default 256).
-        seed: dropout seed.
-        rotary: rotary positions on queries and keys: ``None`` (none),
-            ``True`` (``RotaryEmbedding()``), a `RotaryEmbedding`, or a dict
-            of its arguments (``{"max_wavelength": 500, "interleaved":
-            False}``); needs an even ``key_dim``. ``get_config`` holds the
-            dict.
+        rotary: rotary positions on queries and keys: ``None``, ``True``
+            (``RotaryEmbedding()``), a `RotaryEmbedding`, or a dict of its
+            arguments; needs an even ``key_dim``.
         **kwargs: base layer arguments (``name``, ``dtype``).
 
     Call arguments:
-        query: ``[B, Tq, Dq]``.
-        value: ``[B, Tv, Dv]``, the memory; may be ``None`` with a
-            cross-attention ``cache``.
-        key: ``[B, Tv, Dk]``, defaults to ``value``.
-        query_mask: ``[B, Tq]``, True where the query position exists.
-        value_mask: ``[B, Tv]`` (``[B, S]`` over the cache when one is given),
-            True where the memory position may be attended.
-        key_mask: like ``value_mask``, combined with it.
-        attention_mask: ``[B, Tq, Tv]`` (``[B, Tq, S]`` with a cache).
-        return_attention_scores: also return the weights ``[B, H, Tq, Tv]``.
+        query: ``[B, Tq, Dq]`` (or higher rank, see above).
+        value: ``[B, Tk, Dv]``; may be ``None`` with a cross-attention cache.
+        key: ``[B, Tk, Dk]``, defaults to ``value``.
+        query_mask, value_mask, key_mask, attention_mask: the masks above.
+        return_attention_scores: also return the weights ``[B, H, Tq, Tk]``.
         training: whether dropout is active.
-        use_causal_mask: query ``i`` attends only to positions
-            ``j <= i + (Tv - Tq)`` (``j <= index + i`` with a self-attention
-            cache).
+        use_causal_mask: add the causal mask.
         cache: ``[B, 2, S, H, key_dim]`` keys and values, or ``None``.
         cache_update_index: where the new tokens go in a self-attention
             cache (Python int or scalar int tensor); ``None`` for a
-            cross-attention cache. ``index + Tq`` must not pass the cache
-            length ``S``: a Python int past it is refused, a tensor one is
-            clamped by the update (which then overwrites the last slots).
+            cross-attention cache. ``index + Tq`` must not pass ``S``: a
+            Python int past it is refused, a tensor one is clamped by the
+            update (which then overwrites the last slots).
 
     Returns:
         ``output`` ``[B, Tq, d_out]``; with ``return_attention_scores=True``
@@ -240,6 +320,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Su et al. RoFormer: Enhanced Transformer with Rotary Position
         Embedding. 2021. https://arxiv.org/abs/2104.09864
+
+        Qiu et al. Gated Attention for Large Language Models. 2025.
+        https://arxiv.org/abs/2505.06708
     """
 
     def __init__(
@@ -250,68 +333,285 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout=0.0,
         use_bias=True,
         output_shape=None,
+        attention_axes=None,
+        sliding_window=None,
+        flash_attention=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        use_gate=False,
+        seed=None,
         implementation="auto",
         tile_threshold=DEFAULT_TILE_THRESHOLD,
         block_size=DEFAULT_BLOCK_SIZE,
-        seed=None,
         rotary=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.supports_masking = True
-        num_heads = check_positive_int(self, "num_heads", num_heads)
-        key_dim = check_positive_int(self, "key_dim", key_dim)
+        self.num_heads = check_positive_int(self, "num_heads", num_heads)
+        self.key_dim = check_positive_int(self, "key_dim", key_dim)
         value_dim = check_positive_int(self, "value_dim", value_dim, allow_none=True)
+        self.value_dim = value_dim or self.key_dim
         if not 0.0 <= float(dropout) < 1.0:
             raise self._error("dropout", "a float in [0, 1)", repr(dropout))
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_shape = _output_shape_arg(self, output_shape)
+        self.attention_axes = _attention_axes_arg(self, attention_axes)
+        self.sliding_window = check_positive_int(
+            self, "sliding_window", sliding_window, allow_none=True
+        )
+        self.flash_attention = flash_attention
+        # As Keras: the global setting fills in None, once.
+        self._flash_attention = flash_attention or (
+            keras.config.is_flash_attention_enabled()
+        )
+        if self._flash_attention and dropout:
+            raise self._error(
+                "dropout", f"0.0 with flash attention. {_FLASH_DROPOUT}", repr(dropout)
+            )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.use_gate = bool(use_gate)
+        self.seed = seed
+        self._set_paths(implementation, tile_threshold, block_size, rotary)
+
+    def _set_paths(self, implementation, tile_threshold, block_size, rotary):
+        """Check and keep the arguments that are ours alone."""
         if implementation not in IMPLEMENTATIONS:
             raise self._error(
                 "implementation", f"one of {IMPLEMENTATIONS}", repr(implementation)
             )
-        tile_threshold = check_positive_int(self, "tile_threshold", tile_threshold)
-        block_size = check_positive_int(self, "block_size", block_size)
-        rotary = rotary_config(self, rotary)
-        if rotary is not None and key_dim % 2:
-            raise self._error(
-                "key_dim", "an even size with rotary positions", repr(key_dim)
-            )
-        if output_shape is not None:
-            dims = (output_shape,) if isinstance(output_shape, int) else output_shape
-            try:
-                for d in dims:
-                    check_positive_int(self, "output_shape", d)
-            except (TypeError, ValueError):
-                raise self._error(
-                    "output_shape",
-                    "a positive integer or a tuple of them",
-                    repr(output_shape),
-                ) from None
-            output_shape = output_shape if isinstance(output_shape, int) else list(dims)
-        if implementation == "fused" and value_dim not in (None, key_dim):
+        if implementation == "fused" and self.value_dim != self.key_dim:
             # keras.ops.dot_product_attention on JAX needs one head size.
             raise self._error(
                 "value_dim",
-                f"None or key_dim ({key_dim}) with implementation='fused'",
-                repr(value_dim),
+                f"None or key_dim ({self.key_dim}) with implementation='fused'",
+                repr(self.value_dim),
             )
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim if value_dim is not None else key_dim
-        self.dropout = dropout
-        self.use_bias = use_bias
-        self.output_shape = output_shape
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
         self.implementation = implementation
-        self.tile_threshold = tile_threshold
-        self.block_size = block_size
-        self.seed = seed
-        self.rotary = rotary
+        self.tile_threshold = check_positive_int(self, "tile_threshold", tile_threshold)
+        self.block_size = check_positive_int(self, "block_size", block_size)
+        self.rotary = rotary_config(self, rotary)
+        if self.rotary is not None and self.key_dim % 2:
+            raise self._error(
+                "key_dim", "an even size with rotary positions", repr(self.key_dim)
+            )
 
     def _error(self, argument, expected, received):
         return input_error(self, argument, expected, received)
+
+    # -- Keras' names --------------------------------------------------------
+    @property
+    def query_dense(self):
+        return self._query_dense
+
+    @property
+    def key_dense(self):
+        return self._key_dense
+
+    @property
+    def value_dense(self):
+        return self._value_dense
+
+    @property
+    def output_dense(self):
+        return self._output_dense
+
+    @property
+    def gate_dense(self):
+        """The gate's projection (``use_gate=True``), else None."""
+        return self._gate_dense
+
+    @property
+    def dropout_layer(self):
+        return self._dropout_layer
+
+    @property
+    def _sliding_window(self):
+        return self.sliding_window
+
+    @property
+    def _num_heads(self):
+        return self.num_heads
+
+    @property
+    def _key_dim(self):
+        return self.key_dim
+
+    @property
+    def _value_dim(self):
+        return self.value_dim
+
+    @property
+    def _inverse_sqrt_key_dim(self):
+        return 1.0 / math.sqrt(float(self.key_dim))
+
+    # -- build ---------------------------------------------------------------
+    def _sublayer_kwargs(self):
+        """Regularizers, constraints, the dtype policy, and fresh copies of
+        the initializers (one shared instance gives equal weights)."""
+        return {
+            "kernel_initializer": self.kernel_initializer.__class__.from_config(
+                self.kernel_initializer.get_config()
+            ),
+            "bias_initializer": self.bias_initializer.__class__.from_config(
+                self.bias_initializer.get_config()
+            ),
+            "kernel_regularizer": self.kernel_regularizer,
+            "bias_regularizer": self.bias_regularizer,
+            "activity_regularizer": self.activity_regularizer,
+            "kernel_constraint": self.kernel_constraint,
+            "bias_constraint": self.bias_constraint,
+            "dtype": self.dtype_policy,
+        }
+
+    def _projection(self, name, dim, inner, activation=None):
+        layer = keras.layers.EinsumDense(
+            "abc,cde->abde",
+            output_shape=(None, self.num_heads, inner),
+            bias_axes="de" if self.use_bias else None,
+            activation=activation,
+            name=name,
+            **self._sublayer_kwargs(),
+        )
+        layer.build((None, None, dim))
+        return layer
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        if value_shape is None:
+            raise self._error(
+                "value",
+                "a tensor on the first call (the projections are built from it)",
+                "None",
+            )
+        key_shape = value_shape if key_shape is None else key_shape
+        self._check_shapes(query_shape, value_shape, key_shape)
+        # Built in Keras' order (query, key, gate, value, output): the same
+        # weights in the same order, for set_weights.
+        self._query_dense = self._projection("query", query_shape[-1], self.key_dim)
+        self._key_dense = self._projection("key", key_shape[-1], self.key_dim)
+        self._gate_dense = None
+        if self.use_gate:
+            self._gate_dense = self._projection(
+                "gate", query_shape[-1], self.value_dim, activation="sigmoid"
+            )
+        self._value_dense = self._projection("value", value_shape[-1], self.value_dim)
+        out = self.output_shape
+        out = [query_shape[-1]] if out is None else out
+        out = [out] if isinstance(out, int) else list(out)
+        letters = "efgh"[: len(out)]
+        self._output_dense = keras.layers.EinsumDense(
+            f"abcd,cd{letters}->ab{letters}",
+            output_shape=(None, *out),
+            bias_axes=letters if self.use_bias else None,
+            name="attention_output",
+            **self._sublayer_kwargs(),
+        )
+        self._output_dense.build((None, None, self.num_heads, self.value_dim))
+        self._dropout_layer = keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy
+        )
+        self.rotary_embedding = None
+        if self.rotary is not None:
+            self.rotary_embedding = _rotary_layer(self.rotary, self.dtype_policy)
+
+    def _check_shapes(self, query_shape, value_shape, key_shape, axes=True):
+        """Ranks, batch sizes and key/value shapes; with ``axes``, the
+        attention axes for the query's rank."""
+        q, v, k = _static(query_shape), _static(value_shape), _static(key_shape)
+        if len(q) < 3:
+            raise self._error(
+                "query", "a tensor of rank 3 or more [batch, ..., dim]", f"shape {q}"
+            )
+        if len(v) != len(q):
+            raise self._error(
+                "value", f"the rank of query ({len(q)}) [batch, ..., dim]", f"shape {v}"
+            )
+        if len(k) != len(v) or any(
+            None not in (a, b) and a != b for a, b in zip(k[1:-1], v[1:-1], strict=True)
+        ):
+            raise self._error(
+                "key",
+                f"the shape of value but its last axis ({_KEY_VALUE})",
+                f"shape {k} (value: {v})",
+            )
+        if len({q[0], v[0], k[0]} - {None}) > 1:
+            raise self._error(
+                "value",
+                "the same batch size as query and key",
+                f"batch sizes query={q[0]}, value={v[0]}, key={k[0]}",
+            )
+        resolved = attention_axes.resolve_axes(self.attention_axes, len(q))
+        if axes and (not resolved or any(not 0 < a < len(q) - 1 for a in resolved)):
+            raise self._error(
+                "attention_axes",
+                f"axes between the batch and the feature axes of a rank-{len(q)} query",
+                repr(self.attention_axes),
+            )
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        query_shape, value_shape = tuple(query_shape), tuple(value_shape)
+        key_shape = value_shape if key_shape is None else tuple(key_shape)
+        self._check_shapes(query_shape, value_shape, key_shape)
+        out = self.output_shape
+        if out is None:
+            return query_shape
+        return query_shape[:-1] + ((out,) if isinstance(out, int) else tuple(out))
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        return_attention_scores=False,
+        cache=None,
+        **kwargs,
+    ):
+        out = self.output_shape
+        shape = tuple(query.shape)
+        if out is not None:
+            shape = shape[:-1] + ((out,) if isinstance(out, int) else tuple(out))
+        specs = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
+        if return_attention_scores:
+            key = value if key is None else key
+            layout = attention_axes.layout(self.attention_axes, len(query.shape))
+            if layout is None:
+                tk = cache.shape[2] if cache is not None else key.shape[1]
+                scores = (query.shape[0], self.num_heads, query.shape[1], tk)
+            else:
+                scores = tuple(query.shape[a] for a in layout.batch)
+                scores += (self.num_heads,)
+                scores += tuple(query.shape[a] for a in layout.attention)
+                scores += tuple(key.shape[a] for a in layout.attention)
+            specs.append(keras.KerasTensor(scores, dtype=self.compute_dtype))
+        if cache is not None:
+            specs.append(keras.KerasTensor(cache.shape, dtype=cache.dtype))
+        return specs[0] if len(specs) == 1 else tuple(specs)
+
+    # -- cache helpers -----------------------------------------------------
+    def _require_cacheable(self):
+        if self.value_dim != self.key_dim:
+            raise self._error(
+                "cache",
+                f"value_dim == key_dim ({self.key_dim}) for a KV cache",
+                f"value_dim={self.value_dim}",
+            )
+        if not self.built:
+            raise self._error(
+                "cache",
+                "a built layer (call it once, or build it) before using a cache",
+                "an unbuilt layer",
+            )
 
     def _check_cache_index(self, cache, value, index):
         """The new tokens must fit: ``0 <= index`` and ``index + Tq <= S``.
@@ -333,93 +633,6 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
             raise self._error("cache_update_index", expected, repr(index))
 
-    # -- build -------------------------------------------------------------
-    def _projection(self, name, input_shape, inner):
-        layer = keras.layers.EinsumDense(
-            "abc,cde->abde",
-            output_shape=(None, self.num_heads, inner),
-            bias_axes="de" if self.use_bias else None,
-            kernel_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.kernel_initializer)
-            ),
-            bias_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.bias_initializer)
-            ),
-            dtype=self.dtype_policy,
-            name=name,
-        )
-        layer.build(input_shape)
-        return layer
-
-    def build(self, query_shape, value_shape=None, key_shape=None):
-        if value_shape is None:
-            raise self._error(
-                "value",
-                "a tensor on the first call (the projections are built from it)",
-                "None",
-            )
-        key_shape = value_shape if key_shape is None else key_shape
-        self._check_shapes(query_shape, value_shape, key_shape)
-        self.query_dense = self._projection("query", query_shape, self.key_dim)
-        self.key_dense = self._projection("key", key_shape, self.key_dim)
-        self.value_dense = self._projection("value", value_shape, self.value_dim)
-        out = self.output_shape
-        out = [query_shape[-1]] if out is None else out
-        out = [out] if isinstance(out, int) else list(out)
-        letters = "efgh"[: len(out)]
-        self.output_dense = keras.layers.EinsumDense(
-            f"abcd,cd{letters}->ab{letters}",
-            output_shape=(None, *out),
-            bias_axes=letters if self.use_bias else None,
-            kernel_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.kernel_initializer)
-            ),
-            bias_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.bias_initializer)
-            ),
-            dtype=self.dtype_policy,
-            name="attention_output",
-        )
-        self.output_dense.build(
-            (query_shape[0], query_shape[1], self.num_heads, self.value_dim)
-        )
-        self.dropout_layer = keras.layers.Dropout(
-            self.dropout, seed=self.seed, dtype=self.dtype_policy
-        )
-        self.rotary_embedding = None
-        if self.rotary is not None:
-            self.rotary_embedding = _rotary_layer(self.rotary, self.dtype_policy)
-
-    def _check_shapes(self, query_shape, value_shape, key_shape):
-        q, v, k = _static(query_shape), _static(value_shape), _static(key_shape)
-        rank3 = "a rank-3 tensor [batch, length, dim]"
-        for name, s in (("query", q), ("value", v), ("key", k)):
-            if len(s) != 3:
-                raise self._error(name, rank3, f"shape {s}")
-        if len({q[0], v[0], k[0]} - {None}) > 1:
-            raise self._error(
-                "value",
-                "the same batch size as query and key",
-                f"batch sizes query={q[0]}, value={v[0]}, key={k[0]}",
-            )
-        if None not in (k[1], v[1]) and k[1] != v[1]:
-            raise self._error("key", f"the same length as value ({v[1]})", f"shape {k}")
-
-    # -- cache helpers -----------------------------------------------------
-    def _require_cacheable(self):
-        if self.value_dim != self.key_dim:
-            raise self._error(
-                "cache",
-                f"value_dim == key_dim ({self.key_dim}) for a KV cache",
-                f"value_dim={self.value_dim}",
-            )
-        if not self.built:
-            raise self._error(
-                "cache",
-                "a built layer (call it once, or build it) before using a cache",
-                "an unbuilt layer",
-            )
-
     def compute_cache(self, value, key=None):
         """Project a memory once for cross-attention decoding.
 
@@ -440,7 +653,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 repr(self.rotary),
             )
         key = value if key is None else key
-        return ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+        return ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
 
     def empty_cache(self, batch_size, max_length):
         """Zeros ``[batch_size, 2, max_length, num_heads, key_dim]`` for
@@ -450,9 +663,250 @@ class MultiHeadAttention(keras.layers.Layer):
         shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
         return ops.zeros(shape, dtype=self.compute_dtype)
 
-    # -- call ----------------------------------------------------------------
+    # -- call ------------------------------------------------------------------
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+    ):
+        key = value if key is None else key
+        layout = attention_axes.layout(self.attention_axes, len(query.shape))
+        if layout is not None:
+            return self._call_over_axes(
+                layout, query, value, key, query_mask, value_mask, key_mask,
+                attention_mask, return_attention_scores, training, use_causal_mask,
+                cache,
+            )  # fmt: skip
+        return self._attention_call(
+            query, value, key, query_mask, value_mask, key_mask, attention_mask,
+            return_attention_scores, training, use_causal_mask, cache,
+            cache_update_index,
+        )  # fmt: skip
+
+    def _attention_call(
+        self, query, value, key, query_mask, value_mask, key_mask, attention_mask,
+        return_attention_scores, training, use_causal_mask, cache=None,
+        cache_update_index=None,
+    ):  # fmt: skip
+        """`call` on rank-3 inputs attending over their sequence axis."""
+        self._check_call(query, value, key, cache, cache_update_index)
+        tk = length(value) if cache is None else _static(cache.shape)[2]
+        query_mask, kv_mask, pair = self._input_masks(
+            query, tk, query_mask, value_mask, key_mask, attention_mask
+        )
+        gate = (
+            None
+            if self._gate_dense is None
+            else self._gate_dense(masking.zero_masked(query, query_mask))
+        )
+        q, k, v, new_cache, masks = self._project(
+            query, value, key, cache, cache_update_index,
+            Masks(query_mask, kv_mask, pair, None), use_causal_mask,
+        )  # fmt: skip
+        if type(self)._compute_attention is MultiHeadAttention._compute_attention:
+            context, scores = self._attend(
+                q, k, v, masks, training, return_attention_scores
+            )
+        else:  # a subclass's own attention, called as Keras calls it
+            dense = self._dense_mask(q, k, masks)
+            context, scores = self._compute_attention(
+                q, k, v, dense, training, return_attention_scores
+            )
+        output = self._output(context, gate)
+        result = (output, scores) if return_attention_scores else (output,)
+        if cache is not None:
+            result += (new_cache,)
+        return result[0] if len(result) == 1 else result
+
+    def _check_call(self, query, value, key, cache, index):
+        """Validate one rank-3 call's inputs and cache."""
+        if cache is None and index is not None:
+            raise self._error(
+                "cache", "a cache tensor along with cache_update_index", "None"
+            )
+        cross_cache = cache is not None and index is None
+        if cross_cache and self.rotary is not None:
+            raise self._error(
+                "cache_update_index",
+                "an index with rotary positions (a self-attention cache; "
+                "rotary positions do not apply to cross-attention)",
+                "None",
+            )
+        check_float(self, "query", query)
+        if value is None:
+            if not cross_cache:
+                raise self._error(
+                    "value", "a tensor (None only with a cross-attention cache)", "None"
+                )
+        else:
+            self._check_shapes(query.shape, value.shape, key.shape, axes=False)
+            check_float(self, "value", value)
+            check_float(self, "key", key)
+        if cache is not None:
+            self._require_cacheable()
+            want = (_static(query.shape)[0], 2, None, self.num_heads, self.key_dim)
+            check_mask_shape(self, "cache", cache, want)
+            if not cross_cache:
+                self._check_cache_index(cache, value, index)
+
+    def _input_masks(self, query, tk, query_mask, value_mask, key_mask, attention_mask):
+        """``(query mask [B, Tq], key mask [B, Tk], pairwise mask)`` as booleans
+        (None where absent); the pairwise mask ``[B, Tq, Tk]``, or ``[B, H,
+        Tq, Tk]`` where it differs by head."""
+        batch, tq = _static(query.shape)[:2]
+        check_mask_shape(self, "query_mask", query_mask, (batch, tq))
+        check_mask_shape(self, "value_mask", value_mask, (batch, tk))
+        check_mask_shape(self, "key_mask", key_mask, (batch, tk))
+        pair = None
+        if attention_mask is not None:
+            pair = _attention_mask_4d(
+                self, attention_mask, batch, self.num_heads, tq, tk
+            )
+            heads = _static(pair.shape)[1]
+            full = (ops.shape(query)[0], heads, tq or ops.shape(query)[1], tk)
+            pair = ops.broadcast_to(pair, full)
+            pair = pair[:, 0] if heads == 1 else pair
+        kv_mask = masking.and_masks(value_mask, key_mask)
+        return masking.as_bool(query_mask), kv_mask, pair
+
+    def _project(self, query, value, key, cache, index, masks, use_causal_mask):
+        """The projected ``q, k, v`` ``[B, T, H, d]``, the new cache (or None)
+        and the call's `Masks` (the written cache slots, causal and window
+        positions included). Padding is zeroed before the projections."""
+        q = self._query_dense(masking.zero_masked(query, masks.query))
+        kv_mask, offset = masks.kv, 0
+        if cache is None:
+            k = self._key_dense(masking.zero_masked(key, kv_mask))
+            v = self._value_dense(masking.zero_masked(value, kv_mask))
+            if self.rotary is not None:
+                q, k = self._rotate(q, 0), self._rotate(k, 0)
+            new_cache = None
+        elif index is None:  # cross-attention: the memory projected before
+            k, v, new_cache = cache[:, 0], cache[:, 1], cache
+        else:
+            k, v, new_cache, kv_mask = self._write_cache(
+                key, value, cache, index, kv_mask
+            )
+            if self.rotary is not None:
+                q = self._rotate(q, index)
+            offset = index
+        if cache is not None:
+            k, v = masking.zero_masked(k, kv_mask), masking.zero_masked(v, kv_mask)
+        masks = masks._replace(
+            kv=kv_mask,
+            causal_offset=offset if use_causal_mask else None,
+            window=self.sliding_window,
+            window_offset=offset,
+        )
+        return q, k, v, new_cache, masks
+
+    def _write_cache(self, key, value, cache, index, kv_mask):
+        """Write the new tokens' keys (rotated at their positions) and values
+        at ``[index, index + T)``; returns ``k, v``, the cache and the key
+        mask with the slots not yet written masked."""
+        index = ops.convert_to_tensor(index, "int32")
+        steps = length(value)
+        new_mask = None
+        if kv_mask is not None:  # the new tokens' slice of the cache mask
+            new_mask = ops.take(kv_mask, index + ops.arange(steps), axis=1)
+        new_keys = self._key_dense(masking.zero_masked(key, new_mask))
+        if self.rotary is not None:
+            new_keys = self._rotate(new_keys, index)
+        new_values = self._value_dense(masking.zero_masked(value, new_mask))
+        update = ops.cast(ops.stack([new_keys, new_values], axis=1), cache.dtype)
+        zero = ops.zeros((), "int32")
+        cache = ops.slice_update(cache, [zero, zero, index, zero, zero], update)
+        k, v = cache[:, 0], cache[:, 1]
+        written = ops.expand_dims(ops.arange(length(k)) < index + steps, 0)
+        kv_mask = written if kv_mask is None else ops.logical_and(kv_mask, written)
+        return k, v, cache, kv_mask
+
+    def _output(self, context, gate):
+        """The output projection of the heads' context, gated first if asked."""
+        context = ops.cast(context, self.compute_dtype)
+        if gate is not None:
+            context = context * ops.cast(gate, self.compute_dtype)
+        return self._output_dense(context)
+
+    def _rotate(self, x, start_index):
+        """``x`` ``[B, T, H, key_dim]`` rotated at positions ``start_index + t``."""
+        return ops.cast(self.rotary_embedding(x, start_index=start_index), x.dtype)
+
+    def _call_over_axes(
+        self, layout, query, value, key, query_mask, value_mask, key_mask,
+        attention_mask, return_attention_scores, training, use_causal_mask, cache,
+    ):  # fmt: skip
+        """A call on higher-rank inputs (`attention_layers.attention_axes`):
+        flattened to rank 3, attended, put back."""
+        if cache is not None or self.rotary is not None:
+            raise self._error(
+                "query",
+                "a rank-3 tensor with a cache or rotary positions",
+                f"shape {_static(query.shape)}",
+            )
+        self._check_shapes(query.shape, value.shape, key.shape)
+
+        def flat_mask(mask, like):
+            if mask is None:
+                return None
+            check_mask_shape(self, "mask", mask, _static(like.shape)[:-1])
+            return attention_axes.flatten(masking.as_bool(mask), layout, feature=False)
+
+        if attention_mask is not None:
+            attention_mask = attention_axes.flatten_attention_mask(
+                masking.as_bool(attention_mask), layout, query, key, self.num_heads
+            )
+        out = self._attention_call(
+            attention_axes.flatten(query, layout),
+            attention_axes.flatten(value, layout),
+            attention_axes.flatten(key, layout),
+            flat_mask(query_mask, query),
+            flat_mask(value_mask, value),
+            flat_mask(key_mask, key),
+            attention_mask,
+            return_attention_scores,
+            training,
+            use_causal_mask,
+        )
+        output, scores = out if return_attention_scores else (out, None)
+        output = attention_axes.unflatten_output(output, layout, query)
+        if not return_attention_scores:
+            return output
+        return output, attention_axes.unflatten_scores(scores, layout, query, key)
+
+    # -- the attention ---------------------------------------------------------
+    def _attend(self, q, k, v, masks, training=None, return_scores=False):
+        """``(context [B, Tq, H, Dv], scores [B, H, Tq, Tk] or None)`` of the
+        projected ``q, k, v`` by the implementation `_choose` picks."""
+        if self._flash_attention and return_scores:
+            raise self._error(
+                "return_attention_scores",
+                f"False with flash attention. {_FLASH_SCORES}",
+                "True",
+            )
+        impl = self._choose(training, return_scores, length(q), length(k), masks)
+        if impl == "tiled":
+            return self._tiled(q, k, v, masks), None
+        if impl == "pallas":
+            return self._pallas(q, k, v, masks), None
+        if impl == "fused":
+            return self._fused(q, k, v, masks), None
+        return self._direct(q, k, v, masks, training)
+
     def _choose(self, training, return_scores, tq, tk, masks=None):
         """The implementation of one call (see the class docstring)."""
+        masks = masks or _NO_MASKS
+        tq, tk = (t if isinstance(t, int) else None for t in (tq, tk))
         dropping = bool(self.dropout) and bool(training)
         impl = self.implementation
         if impl == "direct":
@@ -462,33 +916,34 @@ class MultiHeadAttention(keras.layers.Layer):
             return impl
         if return_scores or dropping:
             return "direct"
+        if self._flash_attention and self.value_dim == self.key_dim:
+            return "fused"
         pairs = None if None in (tq, tk) else tq * tk
+        per_head = masks.pair is not None and len(masks.pair.shape) == 4
         if devices.on_accelerator():
-            return self._choose_on_accelerator(pairs, tq, tk, masks)
-        if pairs is not None and pairs > self.tile_threshold:
+            return self._choose_on_accelerator(pairs, tq, tk, masks, per_head)
+        if pairs is not None and pairs > self.tile_threshold and not per_head:
             return "tiled"
         fused = self.compute_dtype == "float32" and self.value_dim == self.key_dim
         return "fused" if fused else "direct"
 
-    def _choose_on_accelerator(self, pairs, tq, tk, masks):
+    def _choose_on_accelerator(self, pairs, tq, tk, masks, per_head):
         """``"auto"`` on a GPU or TPU: the backend's fused kernel where it
         keeps memory linear (16-bit) or the scores fit, else Pallas' kernel or
         the tiled path."""
         long = pairs is not None and pairs > ACCELERATOR_TILE_THRESHOLD
         if self.value_dim != self.key_dim:
-            return "tiled" if long else "direct"
+            return "tiled" if long and not per_head else "direct"
         if self.compute_dtype != "float32":
             return "fused"
         if (
             pairs is not None
             and pairs > self.tile_threshold
             and devices.pallas_attention_available()
-            and pallas_supports(
-                masks or _NO_MASKS, tq, tk, self.key_dim, self.value_dim
-            )
+            and pallas_supports(masks, tq, tk, self.key_dim, self.value_dim)
         ):
             return "pallas"
-        return "tiled" if long else "fused"
+        return "tiled" if long and not per_head else "fused"
 
     def _check_explicit(self, impl, dropping, return_scores, tq, tk, masks):
         """Raise where an explicit ``"tiled"``, ``"fused"`` or ``"pallas"``
@@ -507,6 +962,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 "the attention weights needs 'direct' or 'auto')",
                 f"training=True with dropout={self.dropout}",
             )
+        if impl == "tiled" and masks.pair is not None and len(masks.pair.shape) == 4:
+            raise self._error(
+                "attention_mask",
+                "one mask for every head with implementation='tiled' (use "
+                "'direct', 'fused' or 'auto' for a per-head mask)",
+                f"shape {_static(masks.pair.shape)}",
+            )
         if impl != "pallas":
             return
         if keras.backend.backend() != "jax" or devices.platform() == "tpu":
@@ -515,220 +977,167 @@ class MultiHeadAttention(keras.layers.Layer):
                 "'pallas' on the JAX backend, on a GPU (or a CPU, interpreted)",
                 f"the {keras.backend.backend()} backend on {devices.platform()}",
             )
-        if not pallas_supports(
-            masks or _NO_MASKS, tq, tk, self.key_dim, self.value_dim
-        ):
+        if not pallas_supports(masks, tq, tk, self.key_dim, self.value_dim):
             raise self._error(
                 "implementation",
                 "'pallas' for a call it can serve: equal static query and key "
-                "lengths, value_dim == key_dim, no key or pairwise mask "
-                "(use 'auto' or 'tiled')",
+                "lengths, value_dim == key_dim, no key, pairwise or window "
+                "mask (use 'auto' or 'tiled')",
                 f"'pallas' with Tq={tq}, Tk={tk}, key_dim={self.key_dim}, "
                 f"value_dim={self.value_dim}",
             )
-
-    def call(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_update_index=None,
-    ):
-        cross_cache = cache is not None and cache_update_index is None
-        if cache is None and cache_update_index is not None:
-            raise self._error(
-                "cache", "a cache tensor along with cache_update_index", "None"
-            )
-        if cross_cache and self.rotary is not None:
-            raise self._error(
-                "cache_update_index",
-                "an index with rotary positions (a self-attention cache; "
-                "rotary positions do not apply to cross-attention)",
-                "None",
-            )
-        if value is None and not cross_cache:
-            raise self._error(
-                "value", "a tensor (None only with a cross-attention cache)", "None"
-            )
-        if key is None:
-            key = value
-        check_float(self, "query", query)
-        if value is not None:
-            self._check_shapes(query.shape, value.shape, key.shape)
-            check_float(self, "value", value)
-            check_float(self, "key", key)
-        elif len(query.shape) != 3:
-            raise self._error(
-                "query", "a rank-3 tensor [batch, length, dim]", f"shape {query.shape}"
-            )
-        batch, tq = _static(query.shape)[:2]
-        if cache is not None:
-            self._require_cacheable()
-            want = (batch, 2, None, self.num_heads, self.key_dim)
-            check_mask_shape(self, "cache", cache, want)
-            tk = _static(cache.shape)[2]
-        else:
-            tk = _static(value.shape)[1]
-        check_mask_shape(self, "query_mask", query_mask, (batch, tq))
-        check_mask_shape(self, "value_mask", value_mask, (batch, tk))
-        check_mask_shape(self, "key_mask", key_mask, (batch, tk))
-        check_mask_shape(self, "attention_mask", attention_mask, (batch, tq, tk))
-
-        query_mask = masking.as_bool(query_mask)
-        kv_mask = masking.and_masks(value_mask, key_mask)
-        query = masking.zero_masked(query, query_mask)
-        q = self.query_dense(query)
-        offset = None
-        if cache is None:
-            k = self.key_dense(masking.zero_masked(key, kv_mask))
-            v = self.value_dense(masking.zero_masked(value, kv_mask))
-            new_cache = None
-            if self.rotary is not None:
-                # Query i sits at key position i + Tk - Tq, as for the causal
-                # mask (the same positions in self-attention); both are
-                # shifted to start at 0 or more (only differences count).
-                shift = length(k) - length(q)
-                if isinstance(shift, int):
-                    starts = max(shift, 0), max(-shift, 0)
-                else:
-                    starts = ops.maximum(shift, 0), ops.maximum(-shift, 0)
-                q, k = self._rotate(q, starts[0]), self._rotate(k, starts[1])
-        elif cross_cache:
-            k, v = cache[:, 0], cache[:, 1]
-            new_cache = cache
-        else:
-            self._check_cache_index(cache, value, cache_update_index)
-            index = ops.convert_to_tensor(cache_update_index, "int32")
-            steps = length(value)
-            new_mask = None
-            if kv_mask is not None:  # the new tokens' slice of the cache mask
-                new_mask = ops.take(kv_mask, index + ops.arange(steps), axis=1)
-            new_keys = self.key_dense(masking.zero_masked(key, new_mask))
-            if self.rotary is not None:
-                q = self._rotate(q, index)
-                new_keys = self._rotate(new_keys, index)
-            update = ops.stack(
-                [new_keys, self.value_dense(masking.zero_masked(value, new_mask))],
-                axis=1,
-            )
-            zero = ops.zeros((), "int32")
-            new_cache = ops.slice_update(
-                cache,
-                [zero, zero, index, zero, zero],
-                ops.cast(update, cache.dtype),
-            )
-            k, v = new_cache[:, 0], new_cache[:, 1]
-            written = ops.expand_dims(ops.arange(length(k)) < index + steps, 0)
-            kv_mask = written if kv_mask is None else ops.logical_and(kv_mask, written)
-            if use_causal_mask:
-                offset = index
-        if cache is not None:
-            k = masking.zero_masked(k, kv_mask)
-            v = masking.zero_masked(v, kv_mask)
-        if use_causal_mask and offset is None:
-            offset = length(k) - length(q)
-        masks = Masks(
-            query_mask,
-            kv_mask,
-            masking.as_bool(attention_mask),
-            offset,
-        )
-
-        impl = self._choose(training, return_attention_scores, tq, tk, masks)
-        if impl == "tiled":
-            context, scores = self._tiled(q, k, v, masks), None
-        elif impl == "pallas":
-            context, scores = self._pallas(q, k, v, masks), None
-        elif impl == "fused":
-            context, scores = self._fused(q, k, v, masks), None
-        else:
-            context, scores = self._direct(q, k, v, masks, training)
-        output = self.output_dense(ops.cast(context, self.compute_dtype))
-        result = (output, scores) if return_attention_scores else (output,)
-        if cache is not None:
-            result += (new_cache,)
-        return result[0] if len(result) == 1 else result
-
-    def _rotate(self, x, start_index):
-        """``x`` ``[B, T, H, key_dim]`` rotated at positions ``start_index + t``."""
-        return ops.cast(self.rotary_embedding(x, start_index=start_index), x.dtype)
 
     def _score_dtype(self):
         return score_dtype(self.compute_dtype)
 
     def _scaled_query(self, q):
         dtype = self._score_dtype()
-        return ops.cast(q, dtype) * ops.cast(1.0 / math.sqrt(self.key_dim), dtype)
+        return ops.cast(q, dtype) * ops.cast(self._inverse_sqrt_key_dim, dtype)
 
     def _dense_mask(self, q, k, masks):
-        """The whole ``[B, Tq, Tk]`` boolean mask, or ``None``."""
+        """The whole boolean mask ``[B, 1 or H, Tq, Tk]``, or ``None``."""
         tq, tk = length(q), length(k)
         mask = combine(
-            masks,
-            ops.arange(tq),
-            ops.arange(tk),
-            query=masks.query,
-            kv=masks.kv,
-            pair=masks.pair,
+            masks, ops.arange(tq), ops.arange(tk), query=masks.query, kv=masks.kv
         )
+        pair = masks.pair
+        if pair is not None:
+            pair = pair if len(pair.shape) == 4 else ops.expand_dims(pair, 1)
+        if mask is not None:
+            mask = ops.expand_dims(mask, 1)
+        mask = masking.and_masks(mask, pair)
         if mask is None:
             return None
-        shape = ops.shape(mask)
-        batch = ops.shape(q)[0] if _static(shape)[0] in (None, 1) else shape[0]
-        return ops.broadcast_to(mask, (batch, tq, tk))
+        shape = _static(mask.shape)
+        heads = self.num_heads if shape[1] not in (None, 1) else 1
+        return ops.broadcast_to(mask, (ops.shape(q)[0], heads, tq, tk))
 
     def _direct(self, q, k, v, masks, training):
         dtype = self._score_dtype()
         scores = ops.einsum(
             "bqhd,bkhd->bhqk", self._scaled_query(q), ops.cast(k, dtype)
         )
-        mask = self._dense_mask(q, k, masks)
-        if mask is not None:
-            mask = ops.expand_dims(mask, 1)
-        weights = ops.cast(masking.masked_softmax(scores, mask), self.compute_dtype)
+        weights = self._masked_softmax(scores, self._dense_mask(q, k, masks))
         dropped = weights
         if self.dropout:
-            dropped = self.dropout_layer(weights, training=training)
+            dropped = self._dropout_layer(weights, training=training)
         context = ops.einsum(
             "bhqk,bkhd->bqhd", dropped, ops.cast(v, self.compute_dtype)
         )
         return context, weights
 
     def _fused(self, q, k, v, masks):
+        """The backend's kernel; a causal mask alone goes as ``is_causal``
+        (the kernels' own causal path, flash attention's included)."""
         dtype = "float32" if self.compute_dtype == "float16" else self.compute_dtype
-        mask = self._dense_mask(q, k, masks)
+        causal_only = (
+            masks[:3] == (None, None, None)
+            and masks.window is None
+            and isinstance(masks.causal_offset, int)
+            and masks.causal_offset == 0
+        )
+        mask = None if causal_only else self._dense_mask(q, k, masks)
         rows = None
         if mask is not None:
             # A fully masked row would get uniform weights from the kernel:
             # let it attend everywhere (finite values and gradients), then zero
             # its context.
-            rows = ops.any(mask, axis=-1)  # [B, Tq]
+            rows = ops.any(mask, axis=-1)  # [B, 1 or H, Tq]
             mask = ops.logical_or(mask, ops.expand_dims(ops.logical_not(rows), -1))
-            mask = ops.expand_dims(mask, 1)
+            rows = ops.moveaxis(rows, 1, 2)  # [B, Tq, 1 or H]
         context = ops.dot_product_attention(
             ops.cast(q, dtype),
             ops.cast(k, dtype),
             ops.cast(v, dtype),
             mask=mask,
-            scale=1.0 / math.sqrt(self.key_dim),
+            scale=self._inverse_sqrt_key_dim,
+            is_causal=causal_only,
+            flash_attention=self._flash_attention,
         )
         return masking.zero_masked(context, rows)
 
     def _pallas(self, q, k, v, masks):
         dtype = "float32" if self.compute_dtype == "float16" else self.compute_dtype
         q, k, v = (ops.cast(x, dtype) for x in (q, k, v))
-        return pallas_attention(q, k, v, masks, 1.0 / math.sqrt(self.key_dim))
+        return pallas_attention(q, k, v, masks, self._inverse_sqrt_key_dim)
 
     def _tiled(self, q, k, v, masks):
         return tiled_attention(self._scaled_query(q), k, v, masks, self.block_size)
+
+    # -- Keras' extension points ----------------------------------------------
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+    ):
+        """The attention of projected ``query`` ``[B, T, H, d]``, ``key`` and
+        ``value`` ``[B, S, H, d]`` under a boolean ``attention_mask``
+        broadcastable to ``[B, T, S]`` or ``[B, H, T, S]``, as in Keras: a
+        subclass may override it (``call`` then passes it the whole mask of
+        the call) and call it back with ``super()``.
+
+        Returns:
+            ``(attention_output [B, T, H, d], attention_scores or None)``.
+        """
+        pair = None
+        if attention_mask is not None:
+            tq, tk = length(query), length(key)
+            pair = _attention_mask_4d(
+                self, attention_mask, None, self.num_heads, tq, tk
+            )
+            heads = _static(pair.shape)[1]
+            pair = ops.broadcast_to(pair, (ops.shape(query)[0], heads, tq, tk))
+            pair = pair[:, 0] if heads == 1 else pair
+        masks = Masks(None, None, pair, 0 if use_causal_mask else None)
+        return self._attend(query, key, value, masks, training, return_attention_scores)
+
+    def _compute_attention_mask(
+        self,
+        query,
+        value,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+    ):
+        """The call's masks merged into one boolean ``[B, Tq, Tk]`` mask
+        (``[B, H, Tq, Tk]`` where the attention mask differs by head), or
+        None: Keras' helper, for subclasses."""
+        tk = length(value)
+        query_mask, kv_mask, pair = self._input_masks(
+            query, tk, query_mask, value_mask, key_mask, attention_mask
+        )
+        masks = Masks(
+            query_mask,
+            kv_mask,
+            pair,
+            0 if use_causal_mask else None,
+            self.sliding_window,
+        )
+        mask = self._dense_mask(query, value, masks)
+        if mask is None or _static(mask.shape)[1] != 1:
+            return mask
+        return mask[:, 0]
+
+    def _compute_causal_mask(self, query, value=None):
+        """Keras' ``[1, Tq, Tk]`` causal mask: query ``i`` sees keys ``j <= i``."""
+        value = query if value is None else value
+        return ops.expand_dims(masking.causal_mask(length(query), length(value)), 0)
+
+    def _masked_softmax(self, attention_scores, attention_mask=None):
+        """Softmax of ``[B, H, Tq, Tk]`` scores in float32 under a mask
+        broadcastable to them (a ``[B, Tq, Tk]`` one gets the heads axis);
+        fully masked rows give zeros. In the compute dtype."""
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = ops.expand_dims(attention_mask, 1)
+        weights = masking.masked_softmax(attention_scores, attention_mask)
+        return ops.cast(weights, self.compute_dtype)
 
     def compute_mask(self, query, previous_mask=None):
         # The output has the query's time steps, hence the query's mask.
@@ -743,11 +1152,22 @@ class MultiHeadAttention(keras.layers.Layer):
             "dropout": self.dropout,
             "use_bias": self.use_bias,
             "output_shape": self.output_shape,
+            "attention_axes": self.attention_axes,
+            "sliding_window": self.sliding_window,
+            "flash_attention": self.flash_attention,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+            "activity_regularizer": keras.regularizers.serialize(
+                self.activity_regularizer
+            ),
+            "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+            "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+            "use_gate": self.use_gate,
+            "seed": self.seed,
             "implementation": self.implementation,
             "tile_threshold": self.tile_threshold,
             "block_size": self.block_size,
-            "seed": self.seed,
             "rotary": self.rotary,
         }

@@ -24,14 +24,14 @@ BLOCK = 128
 def supports(masks, query_length, key_length, key_dim, value_dim):
     """Whether the kernel computes this call exactly as the other paths do.
 
-    It does for equal static lengths, one head size, no key or pairwise
-    mask, and a causal mask only where query ``i`` sits at key position
+    It does for equal static lengths, one head size, no key, pairwise or
+    window mask, and a causal mask only where query ``i`` sits at key position
     ``i``. Query masks are applied to the output.
     """
     tq, tk = query_length, key_length
     if not (isinstance(tq, int) and isinstance(tk, int)) or key_dim != value_dim:
         return False
-    if masks.kv is not None or masks.pair is not None:
+    if masks.kv is not None or masks.pair is not None or masks.window is not None:
         return False
     if masks.causal_offset is not None and not (
         isinstance(masks.causal_offset, int) and masks.causal_offset == 0

@@ -165,6 +165,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         encoding = ops.broadcast_to(encoding, (shape[0], shape[1], dim))
         return ops.cast(encoding, self.compute_dtype)
 
+    def compute_output_shape(self, inputs_shape, **kwargs):
+        return tuple(inputs_shape)
+
     def get_config(self):
         return {**super().get_config(), "max_wavelength": self.max_wavelength}
 
@@ -334,6 +337,11 @@ class PositionEmbedding(keras.layers.Layer):
         shape = ops.shape(inputs)
         return ops.broadcast_to(embedding, (shape[0], shape[1], inputs.shape[-1]))
 
+    def compute_output_shape(self, inputs_shape, **kwargs):
+        # Explicit, so that no backend infers it by running `call` on made-up
+        # lengths (PyTorch's stand-in length would fail the range check).
+        return tuple(inputs_shape)
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -437,6 +445,9 @@ class RotaryEmbedding(keras.layers.Layer):
             a, b = x[..., :half], x[..., half:]
             rotated = ops.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
         return ops.cast(rotated, self.compute_dtype)
+
+    def compute_output_shape(self, inputs_shape, **kwargs):
+        return tuple(inputs_shape)
 
     def get_config(self):
         return {

@@ -60,8 +60,10 @@ class Masks(NamedTuple):
 
     query: object  # bool [B, Tq] or None
     kv: object  # bool [B or 1, Tk] or None
-    pair: object  # bool [B, Tq, Tk] or None
+    pair: object  # bool [B, Tq, Tk] (or [B, H, Tq, Tk] off this path) or None
     causal_offset: object  # None, or int / scalar tensor: query i sits at offset + i
+    window: object = None  # None, or w: query i sees keys |offset + i - j| < w
+    window_offset: object = 0  # where the queries sit for the window
 
 
 def combine(masks, q_pos, k_pos, query=None, kv=None, pair=None):
@@ -81,6 +83,10 @@ def combine(masks, q_pos, k_pos, query=None, kv=None, pair=None):
         row = ops.expand_dims(q_pos + masks.causal_offset, 1)
         causal = ops.expand_dims(row >= ops.expand_dims(k_pos, 0), 0)
         mask = masking.and_masks(mask, causal)
+    if masks.window is not None:
+        row = ops.expand_dims(q_pos + masks.window_offset, 1)
+        band = ops.abs(row - ops.expand_dims(k_pos, 0)) < masks.window
+        mask = masking.and_masks(mask, ops.expand_dims(band, 0))
     return mask
 
 
@@ -244,8 +250,9 @@ def block_masks(masks, layout):
     offset = masks.causal_offset
     if offset is not None:
         offset = ops.convert_to_tensor(offset, "int32")
+    window_offset = ops.convert_to_tensor(masks.window_offset, "int32")
     return layout._replace(
-        masks=Masks(query_mask, kv, pair, offset),
+        masks=Masks(query_mask, kv, pair, offset, masks.window, window_offset),
         q_steps=ops.arange(bq, dtype="int32"),
         k_steps=ops.arange(bk, dtype="int32"),
     )

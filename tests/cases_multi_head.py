@@ -31,9 +31,8 @@ CASES = [
         partial(al.MultiHeadAttention, num_heads=3, key_dim=2, value_dim=4),
         heads_axis=1,
     ),
-    # Rotary positions on queries and keys; query i sits at position
-    # i + Tv - Tq (the causal mask's convention), so the cross-shaped inputs
-    # of the contract are read as the last Tq steps of the memory.
+    # Rotary positions on queries and keys, both counted from 0 (the causal
+    # mask's alignment, Keras'), on the contract's cross-shaped inputs.
     Case(
         "multi_head_rotary",
         partial(

@@ -365,25 +365,25 @@ def check_nan_in_masked_positions(case):
 
 
 def check_causal(case):
-    """Perturbing the last value position leaves every earlier query untouched."""
+    """Query ``i`` sees values ``j <= i`` (aligned at the first value, as in
+    Keras): perturbing value ``Tq - 1`` leaves every earlier query untouched
+    and reaches the last one; weights above the diagonal are zero."""
     layer = built(case)
     arrays = case.arrays()
+    last = case.query_length - 1
     perturbed = {k: v.copy() for k, v in arrays.items()}
-    perturbed["value"][:, -1] += 10.0
+    perturbed["value"][:, last] += 10.0
     a = case.outputs(layer, arrays, use_causal_mask=True)
     b = case.outputs(layer, perturbed, use_causal_mask=True)
     a = (a[0], case.query_major(a[1]))
     b = (b[0], case.query_major(b[1]))
-    # With Tq <= Tv the queries are the last Tq positions: only the last query
-    # sees the last value.
-    np.testing.assert_array_equal(a[0][:, :-1], b[0][:, :-1])
-    np.testing.assert_array_equal(a[1][:, :-1], b[1][:, :-1])
+    np.testing.assert_array_equal(a[0][:, :last], b[0][:, :last])
+    np.testing.assert_array_equal(a[1][:, :last], b[1][:, :last])
     if case.continuous_in_values:
-        assert not np.array_equal(a[0][:, -1], b[0][:, -1]), "last query ignored value"
-    upper = np.triu(
-        np.ones((case.query_length, case.value_length)),
-        1 + (case.value_length - case.query_length),
-    )
+        assert not np.array_equal(a[0][:, last], b[0][:, last]), (
+            "last query ignored value"
+        )
+    upper = np.triu(np.ones((case.query_length, case.value_length)), 1)
     assert (a[1][:, upper.astype(bool)] == 0).all()
 
 

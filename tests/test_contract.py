@@ -188,4 +188,4 @@ def test_jax_backend_gives_the_same_numbers(tmp_path):
 
 
 def test_backend_is_reported():
-    assert keras.backend.backend() in ("tensorflow", "jax")
+    assert keras.backend.backend() in ("tensorflow", "jax", "torch")

@@ -233,8 +233,9 @@ def test_tiled_equals_direct_with_masks_causal_and_gradients(
 
 @pytest.mark.parametrize("block_size", [2, 3])
 def test_tiled_causal_with_more_queries_than_keys_and_xla(block_size):
-    # 7 queries over 5 keys: the causal offset is -2, the first two rows see
-    # no key (zero context) and whole tiles are skipped, forward and backward.
+    # 7 queries over 5 keys, aligned at the first key as in Keras: query i
+    # sees keys j <= i, so the last two see every key; whole tiles above the
+    # diagonal are skipped, forward and backward.
     direct = layer_on("direct")
     direct(V[..., :3], Q[..., :3])
     tiled = same_weights(
@@ -249,8 +250,9 @@ def test_tiled_causal_with_more_queries_than_keys_and_xla(block_size):
         got = to_numpy(run(through(tiled))(q, v))
         want = to_numpy(through(direct)(q, v))
         np.testing.assert_allclose(got, want, atol=1e-5)
-    bias = to_numpy(direct.output_dense.bias)
-    np.testing.assert_allclose(got[:, :2], np.broadcast_to(bias, got[:, :2].shape))
+    unmasked = to_numpy(direct(q, v))
+    np.testing.assert_allclose(got[:, 5:], unmasked[:, 5:], atol=1e-5)
+    assert not np.allclose(got[:, :4], unmasked[:, :4], atol=1e-3)
     got = input_grads(through(tiled), q, v)
     want = input_grads(through(direct), q, v)
     for g, w in zip(got, want, strict=True):
@@ -562,18 +564,20 @@ def test_rotary_equals_numpy_rotate_then_attend(
     wq, bq, wk, bk, wv, bv, wo, bo = layer.get_weights()
 
     def project(w, b, t):
-        return np.einsum("btd,dhk->bthk", x[:, -t:], w) + b
+        return np.einsum("btd,dhk->bthk", x[:, :t], w) + b
 
-    for tq in (TV, 3):  # self-attention, and the last 3 queries
-        q = rotate(project(wq, bq, tq), TV - tq, 50.0, interleaved)
+    # Self-attention, and the first 3 queries: queries and keys both at
+    # positions from 0, the causal mask aligned at the first key (Keras').
+    for tq in (TV, 3):
+        q = rotate(project(wq, bq, tq), 0, 50.0, interleaved)
         k = rotate(project(wk, bk, TV), 0, 50.0, interleaved)
         s = np.einsum("bqhd,bkhd->bhqk", q, k) / 2.0  # sqrt(key_dim)
-        s = np.where(np.tril(np.ones((tq, TV), bool), TV - tq), s, -np.inf)
+        s = np.where(np.tril(np.ones((tq, TV), bool)), s, -np.inf)
         w = np.exp(s - s.max(-1, keepdims=True))
         w /= w.sum(-1, keepdims=True)
         heads = np.einsum("bhqk,bkhd->bqhd", w, project(wv, bv, TV))
         want = np.einsum("bqhd,hdo->bqo", heads, wo) + bo
-        got = layer(x[:, -tq:], x, use_causal_mask=True)
+        got = layer(x[:, :tq], x, use_causal_mask=True)
         np.testing.assert_allclose(to_numpy(got), want, rtol=1e-4, atol=1e-5)
 
 
