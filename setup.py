@@ -19,7 +19,7 @@ setup(
     packages=find_packages(
         include=["attention_layers", "attention_layers.*", "pipelines", "pipelines.*"]
     ),
-    package_data={"pipelines": ["data/*.tsv.gz", "core/*.txt", "core/*.c"]},
+    package_data={"pipelines": ["translation/*.tsv.gz", "core/*.txt", "*.c"]},
     entry_points={"console_scripts": ["attention-pipelines=pipelines.cli:main"]},
     # The layers need Keras and NumPy only, on any Keras backend; TensorFlow
     # comes with the `tensorflow` and `pipelines` extras.
@@ -49,10 +49,10 @@ setup(
             "rouge-score>=0.1.2",
             "tensorboard>=2.21,<2.22",
             "tensorflow-serving-api>=2.21,<2.22",
-            # Country facts for span QA (pipelines/data/countries.py); pinned:
+            # Country facts for span QA (pipelines/extractive/countries.py); pinned:
             # the generated passages, tests and doctests follow its data.
             "countryinfo==1.0.1",
-            # Digit strips for captioning (pipelines/data/digit_strips.py):
+            # Digit strips for captioning (pipelines/captioning/digit_strips.py):
             # scikit-learn's bundled load_digits scans, pasted with Pillow.
             "scikit-learn",
             "pillow",

@@ -2,12 +2,6 @@
 
 from attention_layers.additive import BahdanauAttention, additive_scores
 from attention_layers.base import ScoreAttention
-from attention_layers.copy import (
-    PointerGenerator,
-    copy_step_inputs,
-    extended_source_ids,
-    extended_target_ids,
-)
 from attention_layers.distribution import layout_map
 from attention_layers.hard import HardAttention, ReinforceLoss
 from attention_layers.local import LocalAttention
@@ -23,6 +17,12 @@ from attention_layers.luong import LuongAttention
 from attention_layers.masking import masked_softmax, merge_masks
 from attention_layers.memory import MemoryNetwork
 from attention_layers.multi_head import MultiHeadAttention
+from attention_layers.pointer_generator import (
+    PointerGenerator,
+    copy_step_inputs,
+    extended_source_ids,
+    extended_target_ids,
+)
 from attention_layers.pooling import AttentionPooling
 from attention_layers.positional import (
     PositionEmbedding,

@@ -124,7 +124,7 @@ def additive_scores(
     if rows in (None, "dynamic") or rows >= tq:
         return score(query_proj, key_proj, v, *extra)
     # split (its gradient is one concatenation), not slices (their gradients
-    # are full-size padded tensors to sum): about 5% faster training steps.
+    # are full-size padded tensors to sum): faster training steps.
     # Every tensor is an argument of a rematerialised block: TensorFlow
     # silently drops the gradients of tensors it closes over.
     if implementation == "blocks":
@@ -160,9 +160,9 @@ def tanh_block(q, k, v, coverage=None, w_c=None):
     """``sum_u v tanh(q_i + k_j (+ c_ij w_c))`` of one block, by plain autodiff.
 
     ``q`` ``[B, r, U]``, ``k`` ``[B, Tv, U]``, ``coverage`` ``[B, r, Tv]``. A
-    2-D matmul with ``v`` (`linear`): on TensorFlow about 10% faster forward
-    and 5% backward than an einsum, and XLA compiles its gradient inside a
-    decoder loop.
+    2-D matmul with ``v`` (`linear`): on TensorFlow faster than an einsum,
+    forward and backward, and XLA compiles its gradient inside a decoder
+    loop.
     """
     hidden = ops.expand_dims(q, 2) + ops.expand_dims(k, 1)
     if coverage is not None:

@@ -14,6 +14,8 @@ from keras import ops
 # Large enough to zero a position after ``exp``, small enough to stay finite in
 # float32 arithmetic (``fill - max`` never overflows).
 MASK_FILL = -1e9
+# Finite "minus infinity" of masked logits and beam scores: sums, 0 * x stay finite.
+NEG_INF = MASK_FILL
 
 
 def as_bool(mask):

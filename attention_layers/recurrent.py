@@ -474,28 +474,10 @@ class AttentionDecoder(keras.layers.Layer):
         training=None,
         return_log_prob=False,
     ):
-        self._check(query.shape, value.shape)
-        self._check_log_prob(return_log_prob)
-        check_float(self, "query", query)
-        check_float(self, "value", value)
-        batch_s, length_s = static_shape(query.shape)[:2]
-        check_mask_shape(self, "query_mask", query_mask, (batch_s, length_s))
-        check_mask_shape(self, "value_mask", value_mask, static_shape(value.shape)[:2])
+        self._check_call(query, value, query_mask, value_mask, return_log_prob)
         batch = ops.shape(query)[0]
         states = self.initial_states(batch, initial_state, memory=value)
-        query = masking.zero_masked(query, query_mask)
-        steps = ops.transpose(query, (1, 0, 2))  # time major
-        if query_mask is None:
-            keep = ops.ones(ops.shape(steps)[:2], dtype="bool")
-        else:
-            keep = ops.transpose(masking.as_bool(query_mask), (1, 0))
-
-        # A while loop with a known trip count, writing each step into
-        # fixed-size buffers with a one-hot `where`: XLA-compilable and
-        # differentiable on every backend (Keras' TensorFlow scan sets no
-        # maximum_iterations, which XLA needs for the gradient), and made of
-        # stock ops that TF Serving runs.
-        #
+        steps, keep = self._time_major(query, query_mask)
         # Without input feeding the attention does not feed back into the
         # recurrence, so only the wrapped cell runs step by step and the
         # attention runs once over all the steps afterwards (same numbers,
@@ -503,60 +485,22 @@ class AttentionDecoder(keras.layers.Layer):
         # coverage attention depends on the previous steps' weights: it
         # always runs step by step.
         feeding = self.cell.input_feeding or self.cell.use_coverage
-        length = ops.shape(steps)[0]
-        width = self.cell.output_size if feeding else self.cell.units
-        outputs = ops.zeros((length, batch, width), self.compute_dtype)
-        if feeding:
-            alignments = ops.zeros(
-                (length, batch, ops.shape(value)[1]), self.compute_dtype
-            )
-        else:
-            alignments = ops.zeros((1,), self.compute_dtype)  # unused
-        time = ops.arange(length, dtype="int32")
 
-        def body(i, states, outputs, alignments):
-            x = ops.take(steps, i, axis=0)
-            m = ops.expand_dims(ops.take(keep, i, axis=0), -1)
+        def step(x, states):
             if feeding:
-                out, new_states, weights = self.cell(
+                return self.cell(
                     x, states, value, memory_mask=value_mask, training=training
                 )
-            else:
-                out, new_states = self.cell.cell(x, list(states), training=training)
-                if not isinstance(new_states, (list, tuple)):
-                    new_states = [new_states]
-            new_states = [
-                ops.where(m, n, o) for n, o in zip(new_states, states, strict=True)
-            ]
-            here = ops.reshape(ops.equal(time, i), (-1, 1, 1))
-            outputs = ops.where(
-                ops.logical_and(here, m),
-                ops.expand_dims(ops.cast(out, outputs.dtype), 0),
-                outputs,
-            )
-            if feeding:
-                weights = ops.cast(weights, alignments.dtype)
-                alignments = ops.where(
-                    ops.logical_and(here, m), ops.expand_dims(weights, 0), alignments
-                )
-            return i + 1, new_states, outputs, alignments
+            out, new_states = self.cell.cell(x, list(states), training=training)
+            if not isinstance(new_states, (list, tuple)):
+                new_states = [new_states]
+            return out, new_states, None
 
-        init = (states, outputs, alignments)
-        if keras.backend.backend() == "jax":
-            # JAX differentiates a loop only with static bounds (it is then a
-            # scan); under jit every length is static.
-            final, outputs, alignments = ops.fori_loop(
-                0, length, lambda i, c: body(i, *c)[1:], init
-            )
-        else:
-            # TensorFlow: a bounded while loop (XLA needs the bound for the
-            # gradient; the bound is the static length when there is one).
-            _, final, outputs, alignments = ops.while_loop(
-                lambda i, *_: i < length,
-                body,
-                (ops.convert_to_tensor(0, "int32"), *init),
-                maximum_iterations=static_shape(query.shape)[1],
-            )
+        width = self.cell.output_size if feeding else self.cell.units
+        source = ops.shape(value)[1] if feeding else None
+        final, outputs, alignments = self._run_steps(
+            step, steps, keep, states, width, source, static_shape(query.shape)[1]
+        )
         sampled = ()
         if not feeding:
             outputs, alignments, sampled = self._attend_all(
@@ -570,6 +514,78 @@ class AttentionDecoder(keras.layers.Layer):
             results.append(list(final))
         results.extend(sampled)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _check_call(self, query, value, query_mask, value_mask, return_log_prob):
+        """Refuse inputs whose ranks, dtypes or mask shapes do not fit."""
+        self._check(query.shape, value.shape)
+        self._check_log_prob(return_log_prob)
+        check_float(self, "query", query)
+        check_float(self, "value", value)
+        batch, length = static_shape(query.shape)[:2]
+        check_mask_shape(self, "query_mask", query_mask, (batch, length))
+        check_mask_shape(self, "value_mask", value_mask, static_shape(value.shape)[:2])
+
+    def _time_major(self, query, query_mask):
+        """The step inputs ``[T, B, E]`` (zero where masked) and which steps
+        are real, ``[T, B]`` bool."""
+        query = masking.zero_masked(query, query_mask)
+        steps = ops.transpose(query, (1, 0, 2))
+        if query_mask is None:
+            keep = ops.ones(ops.shape(steps)[:2], dtype="bool")
+        else:
+            keep = ops.transpose(masking.as_bool(query_mask), (1, 0))
+        return steps, keep
+
+    def _run_steps(self, step, steps, keep, states, width, source, max_length):
+        """Runs ``step(x, states) -> (out, new_states, weights or None)`` over
+        the time-major ``steps``; returns the final states and the time-major
+        outputs ``[T, B, width]`` and alignments ``[T, B, source]`` (a
+        placeholder when ``source`` is None: the step returns no weights).
+
+        A masked step keeps the previous states and writes zeros.
+        """
+        # A while loop with a known trip count, writing each step into
+        # fixed-size buffers with a one-hot `where`: XLA-compilable and
+        # differentiable on every backend (Keras' TensorFlow scan sets no
+        # maximum_iterations, which XLA needs for the gradient), and made of
+        # stock ops that TF Serving runs.
+        length, batch = ops.shape(steps)[0], ops.shape(steps)[1]
+        outputs = ops.zeros((length, batch, width), self.compute_dtype)
+        if source is not None:
+            alignments = ops.zeros((length, batch, source), self.compute_dtype)
+        else:
+            alignments = ops.zeros((1,), self.compute_dtype)  # unused
+        time = ops.arange(length, dtype="int32")
+
+        def body(i, states, outputs, alignments):
+            m = ops.expand_dims(ops.take(keep, i, axis=0), -1)
+            out, new_states, weights = step(ops.take(steps, i, axis=0), states)
+            new_states = [
+                ops.where(m, n, o) for n, o in zip(new_states, states, strict=True)
+            ]
+            write = ops.logical_and(ops.reshape(ops.equal(time, i), (-1, 1, 1)), m)
+            outputs = ops.where(
+                write, ops.expand_dims(ops.cast(out, outputs.dtype), 0), outputs
+            )
+            if weights is not None:
+                weights = ops.cast(weights, alignments.dtype)
+                alignments = ops.where(write, ops.expand_dims(weights, 0), alignments)
+            return i + 1, new_states, outputs, alignments
+
+        init = (states, outputs, alignments)
+        if keras.backend.backend() == "jax":
+            # JAX differentiates a loop only with static bounds (it is then a
+            # scan); under jit every length is static.
+            return ops.fori_loop(0, length, lambda i, c: body(i, *c)[1:], init)
+        # TensorFlow: a bounded while loop (XLA needs the bound for the
+        # gradient; the bound is the static length when there is one).
+        _, final, outputs, alignments = ops.while_loop(
+            lambda i, *_: i < length,
+            body,
+            (ops.convert_to_tensor(0, "int32"), *init),
+            maximum_iterations=max_length,
+        )
+        return final, outputs, alignments
 
     def _check_log_prob(self, return_log_prob):
         if not return_log_prob:

@@ -25,7 +25,7 @@ from attention_layers.base import (
     linear,
     static_shape,
 )
-from attention_layers.decoding.common import NEG_INF
+from attention_layers.masking import NEG_INF
 
 
 def _function_error(function, argument, expected, received):

@@ -6,42 +6,33 @@ and while a block's rows hold at most `WHOLE_ROW_ELEMENTS` scores per
 computation of plain attention restricted to the block. Otherwise it visits
 the keys in blocks with a running log-sum-exp ``lse`` and a running output
 normalised over the keys seen so far (Milakov & Gimelshein 2018; Dao et al.
-2022, FlashAttention), each tile normalised by one softmax op. It keeps only
-the output and each row's log-sum-exp. The backward pass is written out
-(``keras.ops.custom_gradient``) rather than left to autodiff: one sweep over
-the query blocks, each scanning the key blocks, recomputes each tile's
-weights ``P_ij = w_i * softmax(S_ij)`` (``w_i = exp(lse_ij - lse_i)``, 1 for
-whole rows) and sums
+2022, FlashAttention), each tile normalised by one softmax op; with a causal
+mask the tiles above the diagonal are skipped, not just masked. It keeps
+only the output and each row's log-sum-exp. The backward pass is written out
+(``keras.ops.custom_gradient``): one sweep over the query blocks, each
+scanning the key blocks, recomputes each tile's weights ``P_ij = w_i *
+softmax(S_ij)`` (``w_i = exp(lse_ij - lse_i)``, 1 for whole rows) and sums
 
     dS_ij = P_ij * (dO_i V_j^T - D_i),  D_i = rowsum(dO_i * O_i)
     dQ_i = sum_j dS_ij K_j,  dK_j = sum_i dS_ij^T Q_i,  dV_j = sum_i P_ij^T dO_i
 
-On CPU without XLA every op that writes a tile-sized tensor costs about as
-much as the next, so the tile math writes as few as it can: one softmax
-instead of ``exp(s - m)`` and its normalisation, ``w_i`` applied to the
-small ``dO_i`` and ``D_i`` rather than to the tile, and ``dO_i V_j^T - D_i``
-as one product (``dO_i`` with a column ``-D_i``, ``V_j`` with a column of
-ones). Keys and values are cast and transposed once, outside the loops. With
-whole rows the backward pass forms ``dK^T = Q^T dS`` and ``dV^T = dO^T P``
-(XLA on CPU multiplies by a transposed tile, ``dS^T Q``, at under half the
-speed). The scores and the products with the weights run in the score dtype
-(bfloat16 under ``mixed_bfloat16``, as in the direct path and its autodiff);
-the softmax, ``lse`` and every sum over blocks in float32. Whole rows of
-bfloat16 scores go through one native bfloat16 softmax op where that op
-computes in float32 (TensorFlow's oneDNN kernel; checked in the graph, see
-`native_softmax_is_float32`), at half the cost of casting the scores to
-float32 and the weights back; elsewhere their scores are a float32 product.
+Why our own: autodiff through the loops stores every tile's intermediates,
+and TensorFlow runs rematerialised query blocks side by side, so memory
+grows with ``Tq * Tk`` again; no Keras or TensorFlow op offers a tiled
+attention on CPU. On CPU without XLA a tile costs what its ops write,
+so the tile math writes as few tile-sized tensors as it can (`tile_softmax`,
+`backward_tile`), and keys and values are cast and transposed once, outside
+the loops. The scores and the products with the weights run in the score
+dtype (bfloat16 under ``mixed_bfloat16``, as in the direct path and its
+autodiff); the softmax, ``lse`` and every sum over blocks in float32 (whole
+rows of bfloat16 scores use the native bfloat16 softmax op where it computes
+in float32 inside: `probe_native_softmax`). The measurements behind these
+choices are in docs/benchmark_notes.md.
 
 The module reads top-down: the block layout (padding, blocks, masks in
 blocks), one tile (mask, scores, softmax), the runtime softmax probe, the
 forward pass over query blocks, the backward pass over query blocks, and the
 custom-gradient glue that joins them under `tiled_attention`.
-
-Why our own: autodiff through the loops stores every tile's intermediates,
-and TensorFlow ran the rematerialised query blocks of a backward pass side by
-side, so memory grew with ``Tq * Tk`` after all (4.8 GiB at T=8192 against
-0.8 GiB now); no Keras or TensorFlow op offers a tiled attention on CPU. With a
-causal mask the tiles above the diagonal are skipped, not just masked.
 """
 
 import functools
@@ -120,14 +111,13 @@ def native_softmax_is_float32(dtype, zero, softmax=ops.softmax):
 
     TensorFlow's oneDNN softmax kernel for bfloat16 (x86 CPUs) converts
     to float32 inside: its weights equal those of casting the scores to
-    float32, a float32 softmax and a cast back, in half the time. Other
+    float32, a float32 softmax and a cast back, at a lower cost. Other
     kernels do not: XLA rounds the exponentials to bfloat16, and
-    TensorFlow's Eigen kernel (oneDNN off) also sums in bfloat16 (measured:
-    the row of -5s gives 0.125). The check runs in the caller's graph, so it
-    meets the kernel the caller's softmax will get; ``zero`` is a zero
-    computed from the call's inputs, so that no graph optimiser evaluates the
-    check ahead of time with another kernel (TensorFlow's constant folding
-    did, with the Eigen one). NaN or inf inputs make it ``False``.
+    TensorFlow's Eigen kernel (oneDNN off) also sums in bfloat16. The check
+    runs in the caller's graph, so it meets the kernel the caller's softmax
+    will get; ``zero`` is a zero computed from the call's inputs, so that no
+    graph optimiser (TensorFlow's constant folding) evaluates the check ahead
+    of time with another kernel. NaN or inf inputs make it ``False``.
     ``softmax(x, axis)`` is the kernel to check (tests pass stand-ins).
 
     >>> bool(native_softmax_is_float32("float32", 0.0))
@@ -311,8 +301,7 @@ def tile_scores(layout, qi, kt_j, i, j, dtype="float32"):
 
     Float32 scores of whole rows are a float32 product of the (bfloat16)
     operands: XLA then writes the scores once instead of in bfloat16 and
-    again converted (mixed_bfloat16 forward + backward with XLA, T=2048:
-    3065 -> 2614 ms), and they are not rounded to bfloat16 on the way.
+    again converted, and they are not rounded to bfloat16 on the way.
     """
     if layout.whole_rows and dtype == "float32":
         s = ops.matmul(ops.cast(qi, dtype), ops.cast(kt_j, dtype))
@@ -377,14 +366,14 @@ def probe_native_softmax(layout, qb):
     not asked (the float32 route is then taken).
 
     Why: whole rows of bfloat16 scores go through one native bfloat16
-    softmax op at half the cost of casting the scores to float32 and the
+    softmax op, cheaper than casting the scores to float32 and the
     weights back, but only where that op's weights are the float32 ones
     (TensorFlow's oneDNN kernel; not its Eigen kernel, not XLA). Which
     kernel runs is known only in the graph that runs, so the check
     (`native_softmax_is_float32`) runs there, once per call, on a zero
     computed from ``qb`` (no graph optimiser may fold it ahead of time), and
     `forward` and `backward` build their loops both ways for it to pick
-    from (`both_ways`; a choice per tile cost XLA 3%). Asked only for whole
+    from (`both_ways`; a choice per tile slows XLA down). Asked only for whole
     rows of more than one key in bfloat16 on TensorFlow: on JAX it never
     holds (XLA rounds the exponentials), and checking would only compile
     both.
@@ -497,8 +486,8 @@ def backward_tile(layout, rows, k_rows, native, acc, x):
     slot shaped like dO_i)`` (keras' scan on TensorFlow wants outputs shaped
     like the carry); ``x``: one of `Saved`'s ``tiles``. Returns ``acc`` and
     float32 ``(dK_ij, dV_ij)``, with whole rows transposed: ``dK^T = Q^T dS``,
-    ``dV^T = dO^T P`` (XLA on CPU multiplies by a transposed tile, ``dS^T
-    Q``, at under half the speed of these; without XLA they cost the same).
+    ``dV^T = dO^T P`` (XLA on CPU is slower multiplying by a transposed
+    tile, ``dS^T Q``).
     """
     dq_i, unused = acc
     j, kt_j, vt_ones = x
@@ -591,7 +580,7 @@ def backward(layout, qb, kb, vb, kt, out, lse, d_out, native_check):
     )
     # K for dQ: whole rows take it once; a square tile transposes its K^T (a
     # third tensor scanned over is copied by each of the query blocks
-    # TensorFlow runs at once: +150-250 MiB at T=8192).
+    # TensorFlow runs at once).
     k_rows = ops.cast(kb[:, 0], cd) if layout.whole_rows else None
     saved = Saved(qb, d_out, lse, delta, tiles, k_rows)
 

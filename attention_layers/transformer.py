@@ -457,6 +457,59 @@ class TransformerDecoderBlock(_Block):
         decoder_sequence_mask=None,
         encoder_sequence_mask=None,
     ):
+        self._check_call(
+            decoder_sequence,
+            encoder_sequence,
+            self_attention_cache,
+            self_attention_cache_update_index,
+            cross_attention_cache,
+        )
+        dec_mask, enc_mask = self._padding_masks(
+            decoder_sequence,
+            encoder_sequence,
+            decoder_padding_mask,
+            encoder_padding_mask,
+            keras_masks=(mask, decoder_sequence_mask, encoder_sequence_mask),
+        )
+        x = masking.zero_masked(decoder_sequence, dec_mask)
+        x, scores, new_cache = self._self_attend(
+            x,
+            dec_mask,
+            decoder_attention_mask,
+            self_attention_cache,
+            self_attention_cache_update_index,
+            use_causal_mask,
+            return_attention_scores,
+            training,
+        )
+        if self.has_cross_attention:
+            x, cross_scores = self._cross_attend(
+                x,
+                encoder_sequence,
+                dec_mask,
+                enc_mask,
+                cross_attention_cache,
+                return_attention_scores,
+                training,
+            )
+            scores.update(cross_scores)
+        x = masking.zero_masked(self._feed_forward(x, training), dec_mask)
+        result = (x,)
+        if return_attention_scores:
+            result += (scores,)
+        if self_attention_cache is not None or cross_attention_cache is not None:
+            result += (new_cache, cross_attention_cache)
+        return result[0] if len(result) == 1 else result
+
+    def _check_call(
+        self,
+        decoder_sequence,
+        encoder_sequence,
+        self_attention_cache,
+        self_attention_cache_update_index,
+        cross_attention_cache,
+    ):
+        """Refuse inputs that do not fit the block or each other."""
         self._hidden_dim(decoder_sequence.shape, "decoder_sequence")
         check_float(self, "decoder_sequence", decoder_sequence)
         cross = encoder_sequence is not None or cross_attention_cache is not None
@@ -487,6 +540,22 @@ class TransformerDecoderBlock(_Block):
                 f"cache {'None' if self_attention_cache is None else 'given'}, "
                 f"index {self_attention_cache_update_index!r}",
             )
+
+    def _padding_masks(
+        self,
+        decoder_sequence,
+        encoder_sequence,
+        decoder_padding_mask,
+        encoder_padding_mask,
+        keras_masks,
+    ):
+        """The decoder and encoder padding masks, shape-checked, as bool.
+
+        Each defaults to the Keras mask of its sequence: ``keras_masks`` is
+        ``(mask, decoder_sequence_mask, encoder_sequence_mask)`` as Keras
+        filled them.
+        """
+        mask, decoder_sequence_mask, encoder_sequence_mask = keras_masks
         if decoder_padding_mask is None:
             decoder_padding_mask = (
                 mask if decoder_sequence_mask is None else decoder_sequence_mask
@@ -504,24 +573,40 @@ class TransformerDecoderBlock(_Block):
                 encoder_padding_mask,
                 static_shape(encoder_sequence.shape)[:2],
             )
-        dec_mask = masking.as_bool(decoder_padding_mask)
-        enc_mask = masking.as_bool(encoder_padding_mask)
-        x = masking.zero_masked(decoder_sequence, dec_mask)
-        cached = self_attention_cache is not None
+        return (
+            masking.as_bool(decoder_padding_mask),
+            masking.as_bool(encoder_padding_mask),
+        )
 
-        def self_attend(y):
-            kwargs = {}
-            if cached:
-                kwargs = {
-                    "cache": self_attention_cache,
-                    "cache_update_index": self_attention_cache_update_index,
-                }
+    def _self_attend(
+        self,
+        x,
+        dec_mask,
+        attention_mask,
+        cache,
+        cache_update_index,
+        use_causal_mask,
+        return_attention_scores,
+        training,
+    ):
+        """The causal self-attention sub-layer: ``x``, the scores dict (with
+        ``"self_attention"`` if asked for) and the updated cache (or None).
+
+        With a cache the keys are the cached prefix and the new tokens, taken
+        to be unpadded: the padding mask masks the new queries only.
+        """
+        cached = cache is not None
+        kwargs = {}
+        if cached:
+            kwargs = {"cache": cache, "cache_update_index": cache_update_index}
+
+        def attend(y):
             return self.self_attention(
                 y,
                 y,
                 query_mask=dec_mask,
                 value_mask=None if cached else dec_mask,
-                attention_mask=decoder_attention_mask,
+                attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
@@ -529,49 +614,47 @@ class TransformerDecoderBlock(_Block):
             )
 
         x, *rest = self._residual(
-            x,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            self_attend,
-            training,
+            x, self.self_attention_norm, self.self_attention_dropout, attend, training
         )
         scores = {}
         if return_attention_scores:
             scores["self_attention"] = rest.pop(0)
-        new_cache = rest.pop(0) if cached else None
+        return x, scores, rest.pop(0) if cached else None
 
-        if self.has_cross_attention:
+    def _cross_attend(
+        self,
+        x,
+        encoder_sequence,
+        dec_mask,
+        enc_mask,
+        cache,
+        return_attention_scores,
+        training,
+    ):
+        """The cross-attention sub-layer over the memory (or its ``cache``):
+        ``x`` and the scores dict (``"cross_attention"`` and ``"alignment"``,
+        the weights averaged over heads, if asked for)."""
 
-            def cross_attend(y):
-                return self.cross_attention(
-                    y,
-                    encoder_sequence,
-                    query_mask=dec_mask,
-                    value_mask=enc_mask,
-                    return_attention_scores=return_attention_scores,
-                    training=training,
-                    cache=cross_attention_cache,
-                )
-
-            x, *rest = self._residual(
-                x,
-                self.cross_attention_norm,
-                self.cross_attention_dropout,
-                cross_attend,
-                training,
+        def attend(y):
+            return self.cross_attention(
+                y,
+                encoder_sequence,
+                query_mask=dec_mask,
+                value_mask=enc_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+                cache=cache,
             )
-            if return_attention_scores:
-                weights = rest[0]
-                scores["cross_attention"] = weights
-                scores["alignment"] = ops.mean(weights, axis=1)
 
-        x = masking.zero_masked(self._feed_forward(x, training), dec_mask)
-        result = (x,)
+        x, *rest = self._residual(
+            x, self.cross_attention_norm, self.cross_attention_dropout, attend, training
+        )
+        scores = {}
         if return_attention_scores:
-            result += (scores,)
-        if cached or cross_attention_cache is not None:
-            result += (new_cache, cross_attention_cache)
-        return result[0] if len(result) == 1 else result
+            weights = rest[0]
+            scores["cross_attention"] = weights
+            scores["alignment"] = ops.mean(weights, axis=1)
+        return x, scores
 
     def compute_mask(self, decoder_sequence, mask=None):
         return mask

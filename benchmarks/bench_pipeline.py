@@ -38,7 +38,7 @@ Measured in one process, candidates alternating (see REFERENCE.md):
    ``beam_width=1``), and ours's beam-4 against the peer's greedy; both
    exports of ours. Two warm-up rounds come first (XLA compiles there).
 5. **Latency from 8 threads** through TensorFlow's C++ loader
-   (`pipelines.core.cloader.bench`, TF Serving's path): p50 and p99, after
+   (`pipelines.cloader.bench`, TF Serving's path): p50 and p99, after
    one untimed request (TF Serving's warmup).
 
 Usage: ``python -m benchmarks.bench_pipeline [--rounds N] [--max-epochs N]
@@ -524,7 +524,7 @@ def serving_throughput(exports: dict, held_out, rounds: int) -> dict:
 def c_loader_latency(exports: dict, rounds: int, requests: int) -> dict:
     import numpy as np
 
-    from pipelines.core import cloader
+    from pipelines import cloader
 
     one = np.array(["9 mars 1987"], dtype=object)
     feeds = {
@@ -563,11 +563,10 @@ def task_row(spec: str, batches: int, requests: int, tmp: Path) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    from pipelines import registry
-    from pipelines.core import cloader
+    from pipelines import cloader, registry
     from pipelines.core import config as config_lib
+    from pipelines.core.errors import PipelineError
     from pipelines.core.export import publish
-    from pipelines.core.run_dir import PipelineError
     from pipelines.core.trainer import build_compiled
 
     spec, _, overrides = spec.partition("@")
@@ -597,7 +596,7 @@ def task_row(spec: str, batches: int, requests: int, tmp: Path) -> dict:
     module = task.serving_module(model, preprocessors, config)
     path = publish(module, module.signatures(), tmp / "tasks", name)
     export_s = time.perf_counter() - t0
-    feed = task.contract_requests(config)[0]
+    feed = task.contract.requests(config)[0]
     one = {k: v[:1] if np.ndim(v) else v for k, v in feed.items()}
     latency = cloader.bench(path, one, 8, requests)
     row = {

@@ -1,7 +1,7 @@
 """Serving latency of an export through TensorFlow's C++ loader (TF Serving's path).
 
 Each configuration sends the same request ``--requests`` times from each of
-``--threads`` threads to one session in a C process (`pipelines.core.cloader`:
+``--threads`` threads to one session in a C process (`pipelines.cloader`:
 the C API of the TensorFlow wheel, no Python in the process), as TF Serving
 does with concurrent requests, and reports the latency percentiles and the
 throughput. This is a figure for the docs, not a test.
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from pipelines.core import cloader
+from pipelines import cloader
 from pipelines.core.serving import resolve_export, signature_defaults
 
 

@@ -23,23 +23,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipelines.core import config as core_config
-from pipelines.core.config import RunConfig, TrainConfig
-from pipelines.core.run_dir import PipelineError, read_json, write_json
-from pipelines.core.task import BadRequest, Data, DataCase, Task
+from pipelines.core.client import Client
+from pipelines.core.config import RunConfig, SplitConfig, TrainConfig
+from pipelines.core.contract_cases import BadRequest, ContractCases, DataCase
+from pipelines.core.errors import ConfigError, PipelineError
+from pipelines.core.run_dir import read_json, write_json
+from pipelines.core.task import Data, Task, saved_or_learned
 
 TOKENIZER, LABELS, PREDICTIONS = "tokenizer.json", "labels.json", "predictions.tsv"
+SAMPLES = ("9 de marzo de 1987", "montag, 9. märz 1987", "march 9, 1987")
 
 
 # -- 1. configuration: the task's sections beside the shared train and export ----
 
 
 @dataclass
-class DataConfig:
+class DataConfig(SplitConfig):  # valid_fraction, test_fraction and seed, shared
     source: str = "dates:4000"  # "dates:N" (generated) or "tsv:PATH" (text, label)
-    valid_fraction: float = field(default=0.1, metadata={"range": (0.0, 1.0)})
-    test_fraction: float = field(default=0.1, metadata={"range": (0.0, 1.0)})
-    seed: int = 0
 
 
 @dataclass
@@ -72,13 +72,10 @@ PRESETS = {
 
 def generate(n: int, seed: int) -> list[tuple[str, str]]:
     """``n`` (date text, locale) pairs in the long and full formats (the short
-    and medium ones are alike in several locales: 09/03/1987). Lowercased, some
-    long dates are still alike in two locales ("9 de agosto de 1987" in es_ES
-    and pt_BR, "9 november 1987" in nl_NL and en_GB): about 4% of them, the
-    error a perfect classifier would make."""
+    ones are alike in several locales: 09/03/1987)."""
     import datetime
 
-    from pipelines.data.dates import FIRST_DATE, LOCALES, render_date
+    from pipelines.translation.dates import FIRST_DATE, LOCALES, render_date
 
     rng = random.Random(seed)
     pairs = []
@@ -97,7 +94,7 @@ def load_examples(source: str) -> list[tuple[str, str]]:
         from pipelines.data import read_tsv
 
         return read_tsv(argument)
-    raise core_config.ConfigError(
+    raise ConfigError(
         f"config: `data.source` must be dates:N or tsv:PATH, received {source!r}."
     )
 
@@ -180,7 +177,67 @@ def _serving_module_class():
     return LocaleClassifier
 
 
-# -- 5. the task: every hook the core calls --------------------------------------------
+# -- 6. the command line: how predict prints the export's answers --------------------
+
+
+class LocaleClient(Client):
+    def evaluation_summary(self, metrics) -> str:
+        return f"accuracy {metrics['accuracy']:.2%} on the {metrics['split']} split"
+
+    def predict(self, export_dir, inputs, args: argparse.Namespace) -> None:
+        from pipelines.core.serving import call_export
+
+        out = call_export(export_dir, {"text": np.array(inputs, dtype=object)})
+        for text, label, p in zip(
+            inputs, out["label"], out["probability"], strict=True
+        ):
+            print(f"{text}\n  -> {label.decode()}   (probability {p:.3f})")
+
+
+# -- 7. the pipeline contract's cases: requests, bad requests, bad data --------------
+
+
+class LocaleContract(ContractCases):
+    def requests(self, config) -> list[dict]:
+        return [{"text": np.array(SAMPLES, dtype=object)}]
+
+    def bad_requests(self, config) -> list[BadRequest]:
+        def empty_text(out):
+            assert out["label"][0] == b"" and out["probability"][0] == 0.0
+            assert out["label"][1] != b""
+
+        def empty_batch(out):
+            assert out["label"].shape == (0,)
+
+        def texts(*rows):
+            return np.array(list(rows), dtype=object)
+
+        vector = "serving input `text` must be a vector"
+        return [
+            BadRequest(
+                "empty text", {"text": texts("", "9 mars 1987")}, check=empty_text
+            ),
+            BadRequest("empty batch", {"text": texts()}, check=empty_batch),
+            BadRequest(
+                "invalid utf-8",
+                {"text": texts(b"\xff")},
+                "serving input `text` must be valid UTF-8",
+            ),
+            BadRequest(
+                "rank 2", {"text": np.array([["a"]], object)}, vector, python=False
+            ),
+        ]
+
+    def data(self, folder) -> dict[str, DataCase]:
+        empty = Path(folder) / "empty.tsv"
+        empty.write_text("")
+        return {
+            "empty_file": DataCase([f"data.source=tsv:{empty}"], str(empty)),
+            "empty_valid": DataCase(["data.valid_fraction=0.0"]),
+        }
+
+
+# -- 8. the task: every hook the core calls, its client and contract ------------------
 
 
 class LocaleTask(Task):
@@ -189,6 +246,8 @@ class LocaleTask(Task):
     default_preset = "locale"
     run_files = (TOKENIZER, LABELS, PREDICTIONS)
     evaluate_files = (PREDICTIONS, "plots/attention_0.png")
+    client = LocaleClient()
+    contract = LocaleContract()
 
     def presets(self):
         return PRESETS
@@ -215,20 +274,21 @@ class LocaleTask(Task):
     def preprocessors(self, run, data, config, create) -> Preprocessors:
         from pipelines.core.text import CharTokenizer, load_tokenizer
 
-        if run is not None and all((run / f).exists() for f in (TOKENIZER, LABELS)):
-            return Preprocessors(
-                load_tokenizer(run / TOKENIZER), read_json(run / LABELS)
-            )
-        if data is None and run is None:
-            raise ValueError("preprocessors: give a run folder or data to learn from.")
-        if data is None:
-            raise PipelineError(f"{run.root} has no {TOKENIZER}: train there first.")
-        tokenizer = CharTokenizer.learn([t for t, _ in data.train])
-        labels = sorted({label for _, label in data.train})
-        if create and run is not None:
-            tokenizer.save(run / TOKENIZER)
-            write_json(run / LABELS, labels)
-        return Preprocessors(tokenizer, labels)
+        def learn(data):
+            tokenizer = CharTokenizer.learn([t for t, _ in data.train])
+            return Preprocessors(tokenizer, sorted({label for _, label in data.train}))
+
+        def save(preprocessors, tokenizer_path, labels_path):
+            preprocessors.tokenizer.save(tokenizer_path)
+            write_json(labels_path, preprocessors.labels)
+
+        return saved_or_learned(
+            self.name, run, data, create, (TOKENIZER, LABELS),
+            lambda tokenizer, labels: Preprocessors(
+                load_tokenizer(tokenizer), read_json(labels)
+            ),
+            learn, save,
+        )  # fmt: skip
 
     def make_dataset(self, examples, preprocessors, config, training, replicas=1):
         import tensorflow as tf
@@ -311,62 +371,12 @@ class LocaleTask(Task):
         print(f"accuracy {metrics['accuracy']:.2%} on {len(texts)} {args.split} dates")
         return metrics
 
-    def evaluation_summary(self, metrics) -> str:
-        return f"accuracy {metrics['accuracy']:.2%} on the {metrics['split']} split"
-
     def serving_module(self, model, preprocessors, config):
         classifier = _serving_module_class()
         return classifier(model, preprocessors, config, self.samples(config))
 
     def samples(self, config) -> list[str]:
-        return ["9 de marzo de 1987", "montag, 9. märz 1987", "march 9, 1987"]
-
-    def predict(self, export_dir, inputs, args: argparse.Namespace) -> None:
-        from pipelines.core.serving import call_export
-
-        out = call_export(export_dir, {"text": np.array(inputs, dtype=object)})
-        for text, label, p in zip(
-            inputs, out["label"], out["probability"], strict=True
-        ):
-            print(f"{text}\n  -> {label.decode()}   (probability {p:.3f})")
-
-    def contract_requests(self, config) -> list[dict]:
-        return [{"text": np.array(self.samples(config), dtype=object)}]
-
-    def bad_requests(self, config) -> list[BadRequest]:
-        def empty_text(out):
-            assert out["label"][0] == b"" and out["probability"][0] == 0.0
-            assert out["label"][1] != b""
-
-        def empty_batch(out):
-            assert out["label"].shape == (0,)
-
-        def texts(*rows):
-            return np.array(list(rows), dtype=object)
-
-        vector = "serving input `text` must be a vector"
-        return [
-            BadRequest(
-                "empty text", {"text": texts("", "9 mars 1987")}, check=empty_text
-            ),
-            BadRequest("empty batch", {"text": texts()}, check=empty_batch),
-            BadRequest(
-                "invalid utf-8",
-                {"text": texts(b"\xff")},
-                "serving input `text` must be valid UTF-8",
-            ),
-            BadRequest(
-                "rank 2", {"text": np.array([["a"]], object)}, vector, python=False
-            ),
-        ]
-
-    def contract_data(self, folder) -> dict[str, DataCase]:
-        empty = Path(folder) / "empty.tsv"
-        empty.write_text("")
-        return {
-            "empty_file": DataCase([f"data.source=tsv:{empty}"], str(empty)),
-            "empty_valid": DataCase(["data.valid_fraction=0.0"]),
-        }
+        return list(SAMPLES)
 
 
 TASK = LocaleTask()

@@ -49,8 +49,9 @@ def _run_dir(args, config) -> Path:
 def _trained_config(task, run_dir, overrides):
     """The run's configuration with ``--set`` overrides that keep its fingerprint."""
     from pipelines.core import config as config_lib
-    from pipelines.core.run_dir import PipelineError, RunDir
-    from pipelines.core.trainer import run_config
+    from pipelines.core.errors import PipelineError
+    from pipelines.core.run_dir import RunDir
+    from pipelines.core.run_guard import run_config
 
     run = RunDir(run_dir)
     run.require_trained(task.name)
@@ -74,7 +75,7 @@ def cmd_train(task, args) -> None:
             "where TF_CONFIG is set (a worker of a cluster). Leave one of them out."
         )
     if args.workers and args.workers > 1:
-        from pipelines.core.strategy import launch_workers
+        from pipelines.core.launcher import launch_workers
 
         launch_workers(
             task, config, run_dir, args.workers, _without_workers(args.argv),
@@ -109,7 +110,7 @@ def evaluate_run(task, run_dir, args) -> dict:
     if args.limit:
         examples = examples[: args.limit]
     if not examples:
-        from pipelines.core.run_dir import PipelineError
+        from pipelines.core.errors import PipelineError
 
         raise PipelineError(f"evaluate: the {args.split} split is empty.")
     run = RunDir(run_dir)
@@ -125,8 +126,8 @@ def cmd_evaluate(task, args) -> None:
 
 def export_run(task, run_dir, base, name, version, overrides) -> Path:
     """Export a trained run under ``export.dtype``; returns the version folder."""
+    from pipelines.core.errors import PipelineError
     from pipelines.core.export import publish
-    from pipelines.core.run_dir import PipelineError
     from pipelines.core.trainer import dtype_policy, load_trained
 
     config = _trained_config(task, run_dir, overrides)
@@ -182,7 +183,7 @@ def cmd_predict(task, args) -> None:
         inputs += Path(args.file).read_text(encoding="utf-8").splitlines()
     if not inputs:
         raise ValueError(f"{args.command}: give inputs as arguments or with --file.")
-    task.predict(_export_path(args), inputs, args)
+    task.client.predict(_export_path(args), inputs, args)
 
 
 def cmd_demo(task, args) -> None:
@@ -200,20 +201,20 @@ def cmd_demo(task, args) -> None:
     print("\nPredicting with the exported SavedModel in a fresh process:")
     predicted = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", task.name, "predict",
-         "--export", str(path), *task.demo_arguments(run_dir),
+         "--export", str(path), *task.client.demo_arguments(run_dir),
          *task.samples(config)],
     )  # fmt: skip
     if predicted.returncode:
-        from pipelines.core.run_dir import PipelineError
+        from pipelines.core.errors import PipelineError
 
         raise PipelineError(
             f"demo: predicting with {path} failed (exit {predicted.returncode}; "
             "its error is above); the run and the export are kept."
         )
-    summary = task.evaluation_summary(metrics)
+    summary = task.client.evaluation_summary(metrics)
     print(
         f"\nDemo done in {time.time() - t0:.0f} s: {summary}; export {path}"
-        + "".join(f"; {line}" for line in task.demo_notes(run_dir))
+        + "".join(f"; {line}" for line in task.client.demo_notes(run_dir))
     )
 
 
@@ -288,7 +289,7 @@ def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentPar
     _add_set(p)
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
     p.add_argument("--limit", type=positive_int, help="score only the first N examples")
-    task.add_evaluate_arguments(p)
+    task.client.add_evaluate_arguments(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = verbs.add_parser("export", help="SavedModel in TF Serving layout")
@@ -297,7 +298,7 @@ def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentPar
     _add_export_target(p, required=True)
     p.set_defaults(func=cmd_export)
 
-    for verb in ("predict", *task.predict_aliases):
+    for verb in ("predict", *task.client.predict_aliases):
         p = verbs.add_parser(
             verb,
             help="predict with an exported SavedModel"
@@ -307,13 +308,13 @@ def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentPar
         _add_export_target(p, required=False)
         p.add_argument("inputs", nargs="*", help="inputs to predict", metavar="INPUT")
         p.add_argument("--file", help="one input per line")
-        task.add_predict_arguments(p)
+        task.client.add_predict_arguments(p)
         p.set_defaults(func=cmd_predict)
 
     p = verbs.add_parser("demo", help="train, evaluate, export and predict")
     _add_config(p, task)
     _add_export_target(p, required=False)
-    task.add_evaluate_arguments(p)
+    task.client.add_evaluate_arguments(p)
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -398,8 +399,7 @@ def _split_cpu_from_env() -> None:
 
 def describe(error: Exception) -> str:
     """One line for the user: the message, and what kind of failure it was."""
-    from pipelines.core.config import ConfigError
-    from pipelines.core.run_dir import PipelineError
+    from pipelines.core.errors import ConfigError, PipelineError
 
     line = _one_line(error)
     if isinstance(error, (PipelineError, ConfigError)):

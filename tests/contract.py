@@ -2,8 +2,9 @@
 
 Written against Keras's public API only. A ``Case`` describes how to build a
 layer and feed it; each ``check_*`` function takes a case and fails loudly
-when the layer breaks one clause of the contract (docs/masking.md and
-DESIGN.md). ``tests/test_contract.py`` runs every check on every case.
+when the layer breaks one clause of the contract (docs/contract.md lists
+the clauses, docs/masking.md the mask semantics). ``tests/test_contract.py``
+runs every check on every case.
 """
 
 from __future__ import annotations

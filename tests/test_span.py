@@ -46,7 +46,7 @@ import pytest
 from keras import ops
 
 import attention_layers as al
-from attention_layers.decoding.common import NEG_INF
+from attention_layers.masking import NEG_INF
 from tests import contract
 
 B, T, J, D = 3, 5, 4, 3

@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from attention_layers.decoding.common import (
-    NEG_INF,
     as_ids,
     check_min_length,
     check_positive_int,
@@ -13,6 +12,7 @@ from attention_layers.decoding.common import (
     while_not_done,
     write_step,
 )
+from attention_layers.masking import NEG_INF
 
 
 def gnmt_length_penalty(lengths, alpha):
@@ -73,6 +73,12 @@ def _is_zero(value):
     return isinstance(value, (int, float)) and value == 0
 
 
+def _as_penalty(value):
+    """A penalty as float32, or None for the Python number 0 (left out of the
+    graph)."""
+    return None if _is_zero(value) else ops.cast(value, "float32")
+
+
 def _trace_back(parents):
     """Row of every step on each final hypothesis' path, ``[N, L]`` int32.
 
@@ -99,6 +105,157 @@ def _take_rows(buffer, rows):
     index = rows * length + ops.arange(length, dtype="int32")
     taken = ops.take(flat, ops.reshape(index, (-1,)), axis=0)
     return ops.reshape(taken, ops.shape(buffer))
+
+
+def _check_alignment(fn_name, alignment, coverage_penalty):
+    """A coverage penalty given as a Python number needs alignments."""
+    if alignment is None:
+        if isinstance(coverage_penalty, (int, float)) and coverage_penalty != 0:
+            raise ValueError(
+                f"{fn_name}: `coverage_penalty` needs a step function that "
+                "returns alignments; this one returns None."
+            )
+
+
+def _extensions(logits, t, finished, min_length, end_id):
+    """``[N, V]`` float32 log-probabilities of every one-token extension.
+
+    A finished hypothesis only extends with ``end_id``, at zero cost.
+    """
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    log_probs = forbid_early_end(log_probs, t, min_length, end_id)
+    vocab = ops.shape(log_probs)[-1]
+    end_only = ops.where(ops.arange(vocab) == end_id, 0.0, NEG_INF)
+    return ops.where(ops.expand_dims(finished, 1), end_only, log_probs)
+
+
+def _best_first_paths(carry, beam_width):
+    """The final hypotheses: paths followed back, ``[B, K, ...]`` outputs."""
+    rows = _trace_back(carry["parents"])
+    out = {key: carry[key] for key in ("scores", "log_probs", "lengths")}
+    out["tokens"] = _take_rows(carry["tokens"], rows)
+    if "alignments" in carry:
+        out["alignments"] = _take_rows(carry["alignments"], rows)
+    return {key: _unflatten(value, beam_width) for key, value in out.items()}
+
+
+class _Beams:
+    """The settings of one search and its step: extend, score, keep the best.
+
+    The loop state is a dict of flat ``[N = B * K, ...]`` tensors (see
+    `initial_carry`); `update` takes one step's ``logits``, ``state`` and
+    ``alignment`` and returns the next one.
+    """
+
+    def __init__(
+        self, k, batch, end_id, min_length, length_penalty, coverage_penalty, num_beams
+    ):
+        self.k = k
+        self.batch = batch
+        self.end_id = end_id
+        self.min_length = min_length
+        # Flat index of the first beam of each batch entry, [B, 1].
+        self.offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
+        self.live = None
+        if num_beams is not None:  # [1, K]: True for the ranks that survive
+            self.live = ops.expand_dims(ops.arange(k, dtype="int32"), 0) < ops.cast(
+                num_beams, "int32"
+            )
+        self.alpha = _as_penalty(length_penalty)
+        self.beta = _as_penalty(coverage_penalty)
+
+    def initial_carry(self, n, max_length, alignment):
+        """The loop state before the first step (``alignment``: its shape)."""
+        # Only the first beam of each entry is live at the start, so the first
+        # step does not pick the same token k times.
+        first_beam = ops.tile(ops.arange(self.k) == 0, (self.batch,))
+        carry = {
+            "finished": ops.zeros((n,), "bool"),
+            "lengths": ops.zeros((n,), "int32"),
+            "log_probs": ops.where(first_beam, 0.0, NEG_INF),
+            "scores": ops.zeros((n,), "float32"),
+            "tokens": ops.cast(ops.full((n, max_length), self.end_id), "int32"),
+            # Steps the loop never reaches point every row at itself.
+            "parents": ops.tile(
+                ops.expand_dims(ops.arange(n, dtype="int32"), 1), (1, max_length)
+            ),
+        }
+        if alignment is not None:
+            source = ops.shape(alignment)[-1]
+            carry["alignments"] = ops.zeros((n, max_length, source), "float32")
+            if self.beta is not None:
+                carry["coverage"] = ops.zeros((n, source), "float32")
+        return carry
+
+    def update(self, t, logits, state, alignment, carry):
+        """One step: the ``k`` best extensions of each entry, state reordered."""
+        finished = carry["finished"]
+        alive = ops.logical_not(finished)
+        log_probs = _extensions(logits, t, finished, self.min_length, self.end_id)
+        vocab = ops.shape(log_probs)[-1]
+        total = ops.expand_dims(carry["log_probs"], 1) + log_probs  # [N, V]
+        lengths = carry["lengths"] + ops.cast(alive, "int32")
+        if "alignments" in carry:
+            alignment = ops.where(
+                ops.expand_dims(alive, 1), ops.cast(alignment, "float32"), 0.0
+            )
+        score, coverage = self._score(total, lengths, alignment, carry)
+        penalised = self.alpha is not None or coverage is not None
+        best, total, index = self._top_k(score, total, vocab, penalised)
+        parent = ops.reshape(index // vocab + self.offsets, (-1,))  # [N], flat
+        ids = ops.reshape(index % vocab, (-1,))
+
+        def gather(x):
+            return ops.take(x, parent, axis=0)
+
+        finished = ops.logical_or(gather(finished), ids == self.end_id)
+        if self.live is not None:  # the ranks past num_beams end here
+            dead = ops.logical_and(ops.logical_not(self.live), index >= 0)  # [B, K]
+            finished = ops.logical_or(finished, ops.reshape(dead, (-1,)))
+        new = {
+            "t": t + 1,
+            "ids": ids,
+            "state": keras.tree.map_structure(gather, state),
+            "finished": finished,
+            "lengths": gather(lengths),
+            "log_probs": ops.reshape(total, (-1,)),
+            "scores": ops.reshape(best, (-1,)),
+            "tokens": write_step(carry["tokens"], t, ids),
+            "parents": write_step(carry["parents"], t, parent),
+        }
+        if coverage is not None:
+            new["coverage"] = gather(coverage)
+        if "alignments" in carry:
+            new["alignments"] = write_step(carry["alignments"], t, gather(alignment))
+        return new
+
+    def _score(self, total, lengths, alignment, carry):
+        """``[N, V]`` scores ``total / lp + cp``, and the coverage (or None)."""
+        score = total
+        if self.alpha is not None:
+            penalty = gnmt_length_penalty(lengths, self.alpha)
+            score = score / ops.expand_dims(penalty, 1)
+        coverage = None
+        if "coverage" in carry:
+            coverage = carry["coverage"] + alignment
+            cp = gnmt_coverage_penalty(coverage, self.beta)
+            score = score + ops.expand_dims(cp, 1)
+        return score, coverage
+
+    def _top_k(self, score, total, vocab, penalised):
+        """The ``k`` best candidates of each entry, ``[B, K]``: their score,
+        log-probability and index into the entry's ``k * vocab`` candidates."""
+        k = self.k
+        best, index = ops.top_k(ops.reshape(score, (-1, k * vocab)), k)
+        index = ops.cast(index, "int32")
+        if penalised:
+            total = ops.take_along_axis(ops.reshape(total, (-1, k * vocab)), index, 1)
+        else:  # the score is the log-probability
+            total = best
+        if self.live is not None:  # candidates ranked past num_beams die here
+            best = ops.where(self.live, best, NEG_INF)
+            total = ops.where(self.live, total, NEG_INF)
+        return best, total, index
 
 
 def beam_search(
@@ -192,123 +349,30 @@ def beam_search(
     check_positive_int(fn_name, "max_length", max_length)
     check_positive_int(fn_name, "beam_width", beam_width)
     min_length = check_min_length(fn_name, min_length, max_length)
-    k = beam_width
     start_ids = as_ids(fn_name, start_ids)
-    end_id = ops.cast(end_id, "int32")
-    batch = ops.shape(start_ids)[0]
     static_batch = start_ids.shape[0]
-    rows = static_batch * k if isinstance(static_batch, int) else None
+    rows = static_batch * beam_width if isinstance(static_batch, int) else None
     check_state(fn_name, initial_state, max_length, rows)
-    # Flat index of the first beam of each batch entry, [B, 1].
-    offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
-
-    def update(t, logits, state, alignment, carry):
-        finished = carry["finished"]
-        alive = ops.logical_not(finished)
-        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        log_probs = forbid_early_end(log_probs, t, min_length, end_id)
-        vocab = ops.shape(log_probs)[-1]
-        # A finished hypothesis only extends with end_id, at zero cost.
-        end_only = ops.where(ops.arange(vocab) == end_id, 0.0, NEG_INF)
-        log_probs = ops.where(ops.expand_dims(finished, 1), end_only, log_probs)
-        total = ops.expand_dims(carry["log_probs"], 1) + log_probs  # [N, V]
-        lengths = carry["lengths"] + ops.cast(alive, "int32")
-        score = total
-        penalised = alpha is not None or "coverage" in carry
-        if alpha is not None:
-            score = score / ops.expand_dims(gnmt_length_penalty(lengths, alpha), 1)
-        if "alignments" in carry:
-            alignment = ops.where(
-                ops.expand_dims(alive, 1), ops.cast(alignment, "float32"), 0.0
-            )
-        if "coverage" in carry:
-            coverage = carry["coverage"] + alignment
-            cp = gnmt_coverage_penalty(coverage, beta)
-            score = score + ops.expand_dims(cp, 1)
-        best, index = ops.top_k(ops.reshape(score, (-1, k * vocab)), k)  # [B, K]
-        index = ops.cast(index, "int32")
-        if penalised:
-            total = ops.take_along_axis(ops.reshape(total, (-1, k * vocab)), index, 1)
-        else:  # the score is the log-probability
-            total = best
-        if live is not None:  # candidates ranked past num_beams die here
-            best = ops.where(live, best, NEG_INF)
-        parent = ops.reshape(index // vocab + offsets, (-1,))  # [N], flat
-        ids = ops.reshape(index % vocab, (-1,))
-
-        def gather(x):
-            return ops.take(x, parent, axis=0)
-
-        finished = ops.logical_or(gather(finished), ids == end_id)
-        if live is not None:
-            total = ops.where(live, total, NEG_INF)
-            dead = ops.logical_and(ops.logical_not(live), index >= 0)  # [B, K]
-            finished = ops.logical_or(finished, ops.reshape(dead, (-1,)))
-
-        new = {
-            "t": t + 1,
-            "ids": ids,
-            "state": keras.tree.map_structure(gather, state),
-            "finished": finished,
-            "lengths": gather(lengths),
-            "log_probs": ops.reshape(total, (-1,)),
-            "scores": ops.reshape(best, (-1,)),
-            "tokens": write_step(carry["tokens"], t, ids),
-            "parents": write_step(carry["parents"], t, parent),
-        }
-        if "coverage" in carry:
-            new["coverage"] = gather(coverage)
-        if "alignments" in carry:
-            new["alignments"] = write_step(carry["alignments"], t, gather(alignment))
-        return new
-
-    ids = ops.repeat(start_ids, k, axis=0)
+    beams = _Beams(
+        beam_width,
+        ops.shape(start_ids)[0],
+        ops.cast(end_id, "int32"),
+        min_length,
+        length_penalty,
+        coverage_penalty,
+        num_beams,
+    )
+    ids = ops.repeat(start_ids, beam_width, axis=0)
     logits, state, alignment = step_fn(ids, initial_state)
-    if alignment is None:
-        if isinstance(coverage_penalty, (int, float)) and coverage_penalty != 0:
-            raise ValueError(
-                f"{fn_name}: `coverage_penalty` needs a step function that "
-                "returns alignments; this one returns None."
-            )
-    live = None
-    if num_beams is not None:  # [1, K]: True for the ranks that survive
-        live = ops.expand_dims(ops.arange(k, dtype="int32"), 0) < ops.cast(
-            num_beams, "int32"
-        )
-    # A penalty given as the Python number 0 is left out of the graph.
-    alpha = None if _is_zero(length_penalty) else ops.cast(length_penalty, "float32")
-    beta = None if _is_zero(coverage_penalty) else ops.cast(coverage_penalty, "float32")
-    n = ops.shape(ids)[0]
-    # Only the first beam of each entry is live at the start, so the first
-    # step does not pick the same token k times.
-    first_beam = ops.tile(ops.arange(k) == 0, (batch,))
-    carry = {
-        "finished": ops.zeros((n,), "bool"),
-        "lengths": ops.zeros((n,), "int32"),
-        "log_probs": ops.where(first_beam, 0.0, NEG_INF),
-        "scores": ops.zeros((n,), "float32"),
-        "tokens": ops.cast(ops.full((n, max_length), end_id), "int32"),
-        # Steps the loop never reaches point every row at itself.
-        "parents": ops.tile(
-            ops.expand_dims(ops.arange(n, dtype="int32"), 1), (1, max_length)
-        ),
-    }
-    if alignment is not None:
-        source = ops.shape(alignment)[-1]
-        carry["alignments"] = ops.zeros((n, max_length, source), "float32")
-        if beta is not None:
-            carry["coverage"] = ops.zeros((n, source), "float32")
-    t0 = ops.convert_to_tensor(0, "int32")
-    carry = update(t0, logits, state, alignment, carry)
+    _check_alignment(fn_name, alignment, coverage_penalty)
+    carry = beams.initial_carry(ops.shape(ids)[0], max_length, alignment)
+    carry = beams.update(
+        ops.convert_to_tensor(0, "int32"), logits, state, alignment, carry
+    )
 
     def body(c):
         logits, state, alignment = step_fn(c["ids"], c["state"])
-        return update(c["t"], logits, state, alignment, c)
+        return beams.update(c["t"], logits, state, alignment, c)
 
     carry = while_not_done(body, carry, max_length)
-    rows = _trace_back(carry["parents"])
-    out = {key: carry[key] for key in ("scores", "log_probs", "lengths")}
-    out["tokens"] = _take_rows(carry["tokens"], rows)
-    if "alignments" in carry:
-        out["alignments"] = _take_rows(carry["alignments"], rows)
-    return {key: _unflatten(value, k) for key, value in out.items()}
+    return _best_first_paths(carry, beam_width)

@@ -13,9 +13,7 @@ The step must keep the structure, shapes and dtypes of ``state``.
 import keras
 from keras import ops
 
-# A finite "minus infinity" for float32 log-probabilities: masked candidates
-# never win, and sums or products with zero never give NaN.
-NEG_INF = -1e9
+from attention_layers.masking import NEG_INF
 
 
 def tile_beams(x, beam_width):

@@ -3,8 +3,9 @@
 import keras
 from keras import ops
 
-from attention_layers.decoding.common import NEG_INF, check_positive_int
+from attention_layers.decoding.common import check_positive_int
 from attention_layers.decoding.greedy import pick_loop
+from attention_layers.masking import NEG_INF
 
 
 def filter_logits(logits, temperature=1.0, top_k=None, top_p=None):

@@ -22,16 +22,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pipelines.core import config as core_config
-from pipelines.core.config import DecodeConfig, RunConfig, TrainConfig
-
-POSITIVE = {"range": (1, None)}
-FRACTION = {"range": (0.0, 1.0)}
+from pipelines.core.config import (
+    POSITIVE,
+    DecodeConfig,
+    RunConfig,
+    TrainConfig,
+)
+from pipelines.core.errors import ConfigError
 
 
 @dataclass
-class DataConfig:
-    """``digits:N`` (N training strips, `pipelines.data.digit_strips`),
-    ``fashion:N`` (N Fashion-MNIST scenes, `pipelines.data.fashion_scenes`,
+class DataConfig(core_config.SplitConfig):
+    """``digits:N`` (N training strips, `pipelines.captioning.digit_strips`),
+    ``fashion:N`` (N Fashion-MNIST scenes, `pipelines.captioning.fashion_scenes`,
     read from ``fashion_root``: Debian's ``dataset-fashion-mnist``) or
     ``folder:PATH`` (the user's images and a ``captions.jsonl`` or
     ``captions.csv`` beside them; `pipelines.captioning.data.read_folder`).
@@ -45,14 +48,8 @@ class DataConfig:
     source: str = "digits:20000"
     valid_size: int = field(default=1000, metadata={"range": (0, None)})
     test_size: int = field(default=1000, metadata=POSITIVE)
-    valid_fraction: float = field(default=0.1, metadata=FRACTION)
-    test_fraction: float = field(default=0.1, metadata=FRACTION)
     max_digits: int = field(default=5, metadata={"range": (1, 5)})
     fashion_root: str = "/usr/share/datasets/fashion-mnist"
-    seed: int = 0
-
-    def validate(self, where: str = "data.") -> None:
-        core_config.check_fractions(self.valid_fraction, self.test_fraction, where)
 
 
 @dataclass
@@ -172,7 +169,7 @@ class CaptioningConfig(RunConfig):
         cells = 2**self.model.pools
         small_cnn = self.model.backbone == "cnn"
         if small_cnn and (self.image.height % cells or self.image.width % cells):
-            raise core_config.ConfigError(
+            raise ConfigError(
                 f"config: `image.height` and `image.width` must be multiples of "
                 f"2^model.pools = {cells}; received {self.image.height} x "
                 f"{self.image.width}"
@@ -181,19 +178,19 @@ class CaptioningConfig(RunConfig):
         if m.decoder == "transformer" and (
             m.attention == "hard" or m.doubly_stochastic
         ):
-            raise core_config.ConfigError(
+            raise ConfigError(
                 "config: `model.decoder=transformer` attends with its own "
                 "multi-head cross-attention: it takes neither `model.attention=hard` "
                 "nor `model.doubly_stochastic`; received attention="
                 f"{m.attention}, doubly_stochastic={m.doubly_stochastic}"
             )
         if m.decoder == "transformer" and m.units % m.num_heads:
-            raise core_config.ConfigError(
+            raise ConfigError(
                 f"config: `model.units` ({m.units}) must be a multiple of "
                 f"`model.num_heads` ({m.num_heads}) for the Transformer decoder"
             )
         if self.model.attention == "hard" and self.model.input_feeding:
-            raise core_config.ConfigError(
+            raise ConfigError(
                 "config: `model.attention=hard` needs `model.input_feeding=false` "
                 "(the sampled cells are drawn once the recurrence has run); "
                 "received input_feeding=true"

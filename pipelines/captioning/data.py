@@ -15,14 +15,15 @@ caption). Image paths are relative to the folder.
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core.run_dir import PipelineError
+from pipelines.core.errors import PipelineError
 from pipelines.core.task import Data
+from pipelines.data.user_files import jsonl_objects
 
 CAPTION_FILES = ("captions.jsonl", "captions.csv")
+SAMPLE_COUNT = 3  # images demo shows
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Example:
 
 def load_data(config) -> Data:
     """The configured examples split into train / valid / test, with notes."""
-    from pipelines.core.config import ConfigError
+    from pipelines.core.errors import ConfigError
 
     d = config.data
     kind, _, argument = d.source.partition(":")
@@ -66,7 +67,7 @@ def load_data(config) -> Data:
 
 
 def _digit_splits(count: int, config):
-    from pipelines.data.digit_strips import make_strips
+    from pipelines.captioning.digit_strips import make_strips
 
     d, image = config.data, config.image
     if image.channels != 1:
@@ -96,8 +97,8 @@ def _digit_splits(count: int, config):
 
 
 def _fashion_splits(count: int, config):
-    from pipelines.data import fashion_scenes as fs
-    from pipelines.data.digit_strips import png_bytes
+    from pipelines.captioning import fashion_scenes as fs
+    from pipelines.captioning.digit_strips import png_bytes
 
     d, image = config.data, config.image
     if image.channels != 1:
@@ -154,13 +155,13 @@ def read_folder(folder: str | Path) -> list[Example]:
         )
     path = found[0]
     captions: dict[str, list[str]] = {}
-    for number, image, caption in _caption_rows(path):
+    for where, image, caption in _caption_rows(path):
         if not isinstance(image, str) or not image:
-            raise PipelineError(f"data: {path}, line {number}: no `image` file name")
+            raise PipelineError(f"data: {where}: no `image` file name")
         texts = caption if isinstance(caption, list) else [caption]
         if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
             raise PipelineError(
-                f"data: {path}, line {number}: `caption` must be a non-empty string "
+                f"data: {where}: `caption` must be a non-empty string "
                 f"(or `captions` a list of them), received {caption!r}"
             )
         captions.setdefault(image, []).extend(" ".join(t.split()) for t in texts)
@@ -177,7 +178,8 @@ def read_folder(folder: str | Path) -> list[Example]:
 
 
 def _caption_rows(path: Path):
-    """``(line number, image, caption or list)`` of a captions file."""
+    """``(where, image, caption or list)`` of a captions file, ``where`` its
+    path and line for messages."""
     if path.suffix == ".csv":
         with open(path, encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)
@@ -187,21 +189,11 @@ def _caption_rows(path: Path):
                     f"received {reader.fieldnames}"
                 )
             for number, row in enumerate(reader, start=2):
-                yield number, row.get("image"), row.get("caption")
+                yield f"{path}, line {number}", row.get("image"), row.get("caption")
         return
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise PipelineError(
-                    f"data: {path}, line {number}: not JSON ({error.msg})"
-                ) from None
-            if not isinstance(row, dict):
-                raise PipelineError(f"data: {path}, line {number}: not an object")
-            yield number, row.get("image"), row.get("captions", row.get("caption"))
+    expected = 'a JSON object with "image" and "caption" (or "captions")'
+    for where, row in jsonl_objects(path, expected):
+        yield where, row.get("image"), row.get("captions", row.get("caption"))
 
 
 def is_image(data: bytes) -> bool:
@@ -292,3 +284,36 @@ def _cut_to_multiple(features, targets, replicas):
 
     keep = tf.shape(targets)[0] // replicas * replicas
     return {k: v[:keep] for k, v in features.items()}, targets[:keep]
+
+
+def sample_strips(config) -> list[Path]:
+    """The first test strips of the configured size as PNG files (written
+    once, atomically, to the pipelines' cache folder)."""
+    from pipelines.captioning.data import _digit_sizes
+    from pipelines.captioning.digit_strips import make_strips
+    from pipelines.core.run_dir import cache_dir, write_bytes
+
+    image, d = config.image, config.data
+    folder = cache_dir() / (
+        f"captioning-samples-{image.height}x{image.width}-{d.max_digits}-{d.seed}"
+    )
+    paths = [folder / f"strip_{k}.png" for k in range(SAMPLE_COUNT)]
+    if not all(p.is_file() for p in paths):
+        low, high = _digit_sizes(image.height)
+        strips = make_strips(SAMPLE_COUNT, "test", seed=d.seed + 2, height=image.height,
+                             width=image.width, max_digits=d.max_digits,
+                             min_size=low, max_size=high)  # fmt: skip
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, strip in zip(paths, strips, strict=True):
+            write_bytes(path, strip.png())
+    return paths
+
+
+def samples_for(config) -> list[str]:
+    """Paths of images for ``demo``: the first test strips (`sample_strips`)
+    or a user folder's first images."""
+    kind, _, argument = config.data.source.partition(":")
+    if kind == "folder":
+        examples = read_folder(argument)[:SAMPLE_COUNT]
+        return [str(Path(argument) / e.name) for e in examples]
+    return [str(p) for p in sample_strips(config)]

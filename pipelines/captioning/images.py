@@ -12,7 +12,7 @@ Example:
 
 >>> import numpy as np, tensorflow as tf
 >>> from pipelines.captioning.config import ImageConfig
->>> from pipelines.data.digit_strips import png_bytes
+>>> from pipelines.captioning.digit_strips import png_bytes
 >>> gray = (np.arange(24 * 72) % 256).astype("uint8").reshape(24, 72)
 >>> images = decode_images(tf.constant([png_bytes(gray)]), ImageConfig())
 >>> tuple(images.shape), bool(np.allclose(images[0, ..., 0], gray / 255.0))

@@ -108,7 +108,7 @@ def application_backbone(m, image) -> keras.Model:
     """``keras.applications.<m.backbone>`` without its top, its weights from
     ``m.backbone_weights`` (a file) or random; a clear error when the image
     is too small for it."""
-    from pipelines.core.run_dir import PipelineError
+    from pipelines.core.errors import PipelineError
 
     build = getattr(keras.applications, m.backbone)
     weights = m.backbone_weights or None

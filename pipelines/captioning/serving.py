@@ -52,10 +52,23 @@ class CaptionServer(ServingModule):
     def search(self, images, beam_width, length_penalty) -> dict:
         """Token ids, scores, lengths and alignments ``[B, T, H' * W']`` of
         the best caption of each decoded image ``[B, H, W, C]``."""
+        rows = tf.shape(images)[0]
         return best_hypothesis(
-            self.model, self.model.encode(images), tf.shape(images)[0],
+            self.model, self.encode(images), rows,
             self.max_length, self.max_beams, beam_width, length_penalty,
         )  # fmt: skip
+
+    def encode(self, images):
+        """The model's features of ``images``; an empty batch is encoded as
+        one blank image and cut back, because TensorFlow 2.21's oneDNN fused
+        convolution rejects an empty batch on some CPUs ("input depth must be
+        evenly divisible by filter depth")."""
+        rows = tf.shape(images)[0]
+        blank = tf.cast(tf.equal(rows, 0), tf.int32)
+        features = self.model.encode(
+            tf.pad(images, [[0, blank], [0, 0], [0, 0], [0, 0]])
+        )
+        return tf.nest.map_structure(lambda f: f[:rows], features)
 
     def decode(self, images, beam_width, length_penalty) -> dict:
         """`search`, or under ``export.jit_compile`` its XLA-compiled form on
@@ -133,7 +146,7 @@ class CaptionServer(ServingModule):
     def warmup_requests(self) -> list[dict]:
         import numpy as np
 
-        from pipelines.data.digit_strips import png_bytes
+        from pipelines.captioning.digit_strips import png_bytes
 
         blank = png_bytes(np.zeros((self.image.height, self.image.width), "uint8"))
         return [{"image": np.array([blank, blank], dtype=object)}]

@@ -44,11 +44,33 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
+from pipelines.core.errors import ConfigError
 from pipelines.core.run_dir import write_text
 
+# Field metadata: the range a value must lie in (checked on load and --set).
+POSITIVE = {"range": (1, None)}
+FRACTION = {"range": (0.0, 1.0)}
 
-class ConfigError(ValueError):
-    """A configuration value or file is wrong; the message names the key."""
+
+def fraction(default: float):
+    """A dataclass field for a share in ``[0, 1]`` with this ``default``."""
+    return field(default=default, metadata=FRACTION)
+
+
+@dataclass
+class SplitConfig:
+    """How a task's examples are held out: the base of every task's
+    ``DataConfig``. ``valid_fraction`` and ``test_fraction`` of them (hashed,
+    `pipelines.data.split_pairs`; a task with generated data may hold out
+    sizes instead), and the ``seed`` of that hash and of generated data. A
+    task sets other defaults with `fraction`."""
+
+    valid_fraction: float = fraction(0.1)
+    test_fraction: float = fraction(0.1)
+    seed: int = 0
+
+    def validate(self, where: str = "data.") -> None:
+        check_fractions(self.valid_fraction, self.test_fraction, where)
 
 
 @dataclass

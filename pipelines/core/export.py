@@ -39,7 +39,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from pipelines.core.run_dir import PipelineError, cache_dir, pid_alive
+from pipelines.core.errors import PipelineError
+from pipelines.core.run_dir import cache_dir, pid_alive
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 AUDIT_FILE = "op_audit.json"

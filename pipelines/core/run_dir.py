@@ -39,9 +39,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-
-class PipelineError(RuntimeError):
-    """A run cannot go on; the message says what to fix."""
+from pipelines.core.errors import PipelineError
 
 
 def cache_dir() -> Path:

@@ -1,4 +1,4 @@
-"""The task interface: what a pipeline supplies, and what the core does with it.
+"""The task interface: the wiring a pipeline supplies to the core.
 
 `pipelines.core` runs every verb (train, evaluate, export, predict, demo) the
 same way for every task; a task supplies only what is its own:
@@ -8,31 +8,39 @@ same way for every task; a task supplies only what is its own:
 * its data (`load_data`: train / valid / test examples and a report of what
   was dropped or cut);
 * its preprocessing (`preprocessors`: tokenizers or image decoding, learned
-  from the training split and saved in the run folder) and batches
-  (`make_dataset`);
+  from the training split and saved in the run folder; `saved_or_learned`
+  does the loading and saving) and batches (`make_dataset`);
 * its model (`build_model`: an object whose ``trainer`` is the Keras model
   that ``fit`` trains) and training loss and metrics (`compile_arguments`);
-* its evaluation (`evaluate`);
-* its serving module (`serving_module`: a `ServingModule` whose signatures
-  take raw strings or image bytes), the samples ``demo`` shows, and how
-  ``predict`` calls an export and prints what it returns.
+* its evaluation (`evaluate`) and its serving module (`serving_module`: a
+  `ServingModule` whose signatures take raw strings or image bytes), and
+  the raw inputs it is shown with (`samples`).
 
-Nothing here assumes a model that decodes step by step: an extractive or a
-classification model fits the same interface.
+Two objects beside it hold the rest: ``client`` (a `Client`: the task's
+command-line options, how ``predict`` prints an export's answers, what
+``demo`` adds) and ``contract`` (its `ContractCases`, the pipeline
+contract's requests and bad data). Nothing here assumes a model that decodes
+step by step: an extractive or a classification model fits the same
+interface.
 """
 
 from __future__ import annotations
 
 import abc
-import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pipelines.core.errors import PipelineError
+
 if TYPE_CHECKING:
+    import argparse
+
     import tensorflow as tf
 
+    from pipelines.core.client import Client
     from pipelines.core.config import Presets, RunConfig
+    from pipelines.core.contract_cases import ContractCases
     from pipelines.core.run_dir import RunDir
     from pipelines.core.serving import ServingModule
 
@@ -56,30 +64,38 @@ class Data:
         return getattr(self, name)
 
 
-@dataclass
-class BadRequest:
-    """A serving request that must be answered with an error or a defined result.
+def saved_or_learned(
+    task: str,
+    run: RunDir | None,
+    data: Data | None,
+    create: bool,
+    files: Sequence[str],
+    load: Callable[..., Any],
+    learn: Callable[[Data], Any],
+    save: Callable[..., None],
+) -> Any:
+    """A task's preprocessors: ``load(*paths)`` where every file of ``files``
+    is in ``run``; else ``learn(data)``, saved with ``save(preprocessors,
+    *paths)`` when ``create`` (the chief worker of a training run).
 
-    ``error`` is a substring of the ``InvalidArgument`` message (it should name
-    the input); with ``error=None`` the request must succeed and ``check``
-    (``outputs -> None``, raising on failure) states the defined result.
-    ``python=False`` marks requests that only a C client can send (a wrong
-    rank: Python's signature wrapper refuses it before the graph runs).
+    Raises:
+        PipelineError: a run folder without the files and no data to learn
+            from (the run was never trained).
     """
-
-    name: str
-    feed: dict
-    error: str | None = None
-    check: Any = None
-    python: bool = True
-
-
-@dataclass
-class DataCase:
-    """Overrides that point a task's config at bad data, for the contract."""
-
-    overrides: list[str]
-    path: str = ""
+    paths = None if run is None else [run / name for name in files]
+    if paths is not None and all(path.exists() for path in paths):
+        return load(*paths)
+    if data is None:
+        if run is None:
+            raise ValueError("preprocessors: give a run folder or data to learn from.")
+        raise PipelineError(
+            f"{run.root} has no {'/'.join(files)}: train a model there first "
+            f"(`attention-pipelines {task} train`)."
+        )
+    preprocessors = learn(data)
+    if create and paths is not None:
+        save(preprocessors, *paths)
+    return preprocessors
 
 
 class Task(abc.ABC):
@@ -92,8 +108,9 @@ class Task(abc.ABC):
     run_files: ClassVar[tuple[str, ...]] = ()
     # Files `evaluate` writes besides metrics.json (for the docs and contract).
     evaluate_files: ClassVar[tuple[str, ...]] = ()
-    # Extra verbs that are aliases of predict.
-    predict_aliases: ClassVar[tuple[str, ...]] = ()
+    # The command line's side of the task, and its pipeline-contract cases.
+    client: ClassVar[Client]
+    contract: ClassVar[ContractCases]
 
     # -- configuration ------------------------------------------------------
     @abc.abstractmethod
@@ -151,10 +168,7 @@ class Task(abc.ABC):
         """Set the model up for ``phase`` (0 first) before its epochs run,
         also when a run resumes inside it (e.g. switch a loss term on)."""
 
-    # -- evaluation ---------------------------------------------------------
-    def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:  # noqa: B027
-        """Task options of ``evaluate`` (``--split`` and ``--limit`` are core's)."""
-
+    # -- evaluation and serving ---------------------------------------------
     @abc.abstractmethod
     def evaluate(
         self,
@@ -167,11 +181,6 @@ class Task(abc.ABC):
     ) -> dict:
         """Score ``examples``; write the task's files; return metrics.json's body."""
 
-    def evaluation_summary(self, metrics: dict) -> str:
-        """One line for the end of ``demo``."""
-        return ""
-
-    # -- serving ------------------------------------------------------------
     @abc.abstractmethod
     def serving_module(
         self, model: Any, preprocessors: Any, config: RunConfig
@@ -181,36 +190,6 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def samples(self, config: RunConfig) -> list[str]:
         """Raw inputs ``demo`` sends to the export (texts, or image paths)."""
-
-    def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:  # noqa: B027
-        """Task options of ``predict`` (the inputs and ``--export`` are core's)."""
-
-    @abc.abstractmethod
-    def predict(self, export_dir, inputs: list[str], args: argparse.Namespace) -> None:
-        """Call the export (TensorFlow and tensorflow-text only) and print."""
-
-    def demo_arguments(self, run_dir) -> list[str]:
-        """Extra ``predict`` arguments of ``demo`` (e.g. where to draw a plot)."""
-        return []
-
-    def demo_notes(self, run_dir) -> list[str]:
-        """Extra items for the last line of ``demo`` (e.g. the plot's path)."""
-        return []
-
-    # -- the pipeline contract ----------------------------------------------
-    @abc.abstractmethod
-    def contract_requests(self, config: RunConfig) -> list[dict]:
-        """``serving_default`` feeds that cover every input and option."""
-
-    @abc.abstractmethod
-    def bad_requests(self, config: RunConfig) -> list[BadRequest]:
-        """Feeds that must give a clear ``InvalidArgument`` or a defined result."""
-
-    @abc.abstractmethod
-    def contract_data(self, folder) -> dict[str, DataCase]:
-        """Bad data in ``folder``: ``"empty_file"`` (an empty user file, its
-        path in the case) and ``"empty_valid"`` (a split with no validation
-        examples)."""
 
 
 SPLITS = ("train", "valid", "test")

@@ -48,6 +48,7 @@ from pipelines.core.run_dir import (
     sha256,
     write_text,
 )
+from pipelines.core.run_guard import check_run, finished, nothing_to_do, run_config
 from pipelines.core.strategy import is_chief, make_strategy, strategy_name
 from pipelines.core.task import Task
 from pipelines.core.warm_start import initialise_from
@@ -72,88 +73,6 @@ def save_weights(model: keras.Model, path: Path) -> Path:
     return path
 
 
-def run_config(task: Task, run: RunDir) -> config_lib.RunConfig:
-    """The configuration a run folder was trained with (its ``config.yaml``)."""
-    return config_lib.load(str(run.config_path), task.presets(), task.default_preset)
-
-
-def check_run(
-    task: Task, config: config_lib.RunConfig, run: RunDir, overwrite: bool = False
-) -> dict | None:
-    """The run folder's guard; returns the previous ``run.json`` (None if new).
-
-    A folder holding another task's run is refused, even with ``overwrite``;
-    ``overwrite`` clears the folder's training files (not its exports) and
-    starts afresh; otherwise a run with another fingerprint is refused.
-    """
-    holder = run.task_name()
-    if holder not in (None, task.name):
-        raise PipelineError(
-            f"{run.root} holds a {holder} run, not a {task.name} one; use "
-            f"`attention-pipelines {holder} ...` or another --run-dir."
-        )
-    if overwrite:
-        removed = run.clear(task.run_files)
-        if removed:
-            print(f"--overwrite: removed {', '.join(removed)} in {run.root}")
-        return None
-    state = run.state()
-    if state is None and run.config_path.exists():
-        state = _legacy_state(task, run)
-    if state is not None and _trained_fingerprint(task, run, state) != (
-        config_lib.fingerprint(config)
-    ):
-        detail = ""
-        try:
-            detail = f" ({config_lib.differences(run_config(task, run), config)})"
-        except (config_lib.ConfigError, FileNotFoundError):
-            pass
-        raise PipelineError(
-            f"{run.root} holds a run trained with another configuration{detail}; "
-            "use another --run-dir, or --overwrite to start afresh there."
-        )
-    return state
-
-
-def _trained_fingerprint(task: Task, run: RunDir, state: dict) -> str | None:
-    """The fingerprint of the run's config.yaml under today's defaults (so a
-    field added to the code since does not make old runs look different), or
-    the one run.json recorded when config.yaml cannot be read."""
-    try:
-        return config_lib.fingerprint(run_config(task, run))
-    except (config_lib.ConfigError, FileNotFoundError):
-        return state.get("fingerprint")
-
-
-def _legacy_state(task: Task, run: RunDir) -> dict:
-    """``run.json`` for a folder written before it existed (by config.yaml)."""
-    if (run.backup / "latest.weights.h5").exists():
-        raise PipelineError(
-            f"{run.root} holds an interrupted run of an older version (Keras "
-            "BackupAndRestore files in backup/), which cannot be resumed; rerun with "
-            "--overwrite to start afresh, or use another --run-dir."
-        )
-    state = {"task": task.name, "status": "unknown"}
-    try:
-        state["fingerprint"] = config_lib.fingerprint(run_config(task, run))
-    except config_lib.ConfigError:
-        pass
-    if run.weights.exists():
-        epochs = 0
-        if run.history.exists():
-            epochs = max(0, len(run.history.read_text().splitlines()) - 1)
-        state.update(status="finished", epochs=epochs)
-    return state
-
-
-def _finished(state: dict | None, config: config_lib.RunConfig) -> bool:
-    if not state or state.get("status") != "finished":
-        return False
-    # next_epoch: the epochs trained and those an early stop skipped.
-    done = state.get("next_epoch", state.get("epochs", 0))
-    return done >= config.train.epochs or bool(state.get("stopped_early"))
-
-
 def phase_bounds(starts, epochs: int) -> list[tuple[int, int]]:
     """``[(first epoch, end epoch), ...]`` of the training phases.
 
@@ -163,20 +82,6 @@ def phase_bounds(starts, epochs: int) -> list[tuple[int, int]]:
     cuts = sorted({int(s) for s in starts if 0 < int(s) < epochs})
     edges = [0, *cuts, epochs]
     return list(zip(edges[:-1], edges[1:], strict=True))
-
-
-def _nothing_to_do(run: RunDir, state: dict) -> str:
-    if state.get("stopped_early"):
-        return (
-            f"{run.root} is already trained: it stopped early after "
-            f"{state.get('epochs')} epochs (no better validation loss in "
-            "train.early_stopping_patience epochs); nothing to do. --overwrite "
-            "retrains from scratch."
-        )
-    return (
-        f"{run.root} is already trained ({state.get('epochs')} epochs); nothing to "
-        "do. Raise train.epochs to train on, or --overwrite to retrain."
-    )
 
 
 class RunState(keras.callbacks.Callback):
@@ -399,8 +304,8 @@ def train(
             for folder in (run.root, run.checkpoints, run.backup):
                 remove_stale_partials(folder)
             config_lib.save(config, run.config_path)
-        if _finished(previous, config):
-            print(_nothing_to_do(run, previous))
+        if finished(previous, config):
+            print(nothing_to_do(run, previous))
             return previous
         if chief:
             run.write_state(
@@ -412,12 +317,28 @@ def train(
 
 
 def _train(task: Task, config, run: RunDir) -> dict:
+    """The stages of one training run: strategy, data, model, fit, weights."""
     t0 = time.time()
-    train_config = config.train
+    strategy = _strategy(config.train)
+    data, preprocessors = _data(task, config, run)
+    print(f"Strategy: {strategy_name(strategy)} with "
+          f"{strategy.num_replicas_in_sync} replica(s)")  # fmt: skip
+    datasets = _datasets(task, config, data, preprocessors, strategy)
+    with dtype_policy(config.train.mixed_precision):
+        model, state, restored = _model(task, config, run, preprocessors, strategy)
+        fitted = _fit(task, config, model, state, restored.get("epoch", 0), datasets)
+        final = _finish(run, model, state, restored, fitted, t0)
+    where = run.weights if is_chief() else "written by the chief worker"
+    print(f"Trained in {time.time() - t0:.0f} s; weights: {where}")
+    return final
+
+
+def _strategy(train_config) -> tf.distribute.Strategy:
+    """Seeds, determinism and the distribution strategy, made before any other
+    TensorFlow op (collective ops are configured at start-up)."""
     keras.utils.set_random_seed(train_config.seed)
     if train_config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    # Before any other TensorFlow op: collective ops are configured at start-up.
     strategy = make_strategy(train_config.strategy, train_config.tpu)
     replicas = strategy.num_replicas_in_sync
     if train_config.batch_size < replicas:
@@ -425,6 +346,12 @@ def _train(task: Task, config, run: RunDir) -> dict:
             f"train.batch_size is the global batch, split over {replicas} replicas; "
             f"it must be at least {replicas}, received {train_config.batch_size}."
         )
+    return strategy
+
+
+def _data(task: Task, config, run: RunDir):
+    """The splits and the preprocessors (learned and saved by the chief), and
+    the data summary, printed and written to the run folder."""
     data = task.load_data(config)
     check_data(data)
     chief = is_chief()
@@ -433,89 +360,112 @@ def _train(task: Task, config, run: RunDir) -> dict:
     print(summary)
     if chief:
         write_text(run.summary_path, summary + "\n")
-    print(f"Strategy: {strategy_name(strategy)} with {replicas} replica(s)")
+    return data, preprocessors
+
+
+def _datasets(task: Task, config, data, preprocessors, strategy):
+    """``(train, valid)`` batches, sharded by data across workers."""
+    replicas = strategy.num_replicas_in_sync
     train_data = task.make_dataset(data.train, preprocessors, config, True, replicas)
     valid_data = task.make_dataset(data.valid, preprocessors, config, False, replicas)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         train_data, valid_data = shard_by_data(train_data), shard_by_data(valid_data)
-    if train_config.steps_per_epoch:
+    if config.train.steps_per_epoch:
         train_data = train_data.repeat()
-    with dtype_policy(train_config.mixed_precision):
-        model = build_compiled(task, config, preprocessors, strategy)
-        patch_multi_worker(model.trainer, strategy)
-        backups = Backups(run.backup)
-        with strategy.scope():  # variables restored or loaded per replica
-            restored = backups.restore(model.trainer) or {}
-            if not restored and train_config.init_from:
-                initialise_from(task, model, config, train_config.init_from)
-        initial_epoch = restored.get("epoch", 0)
-        if restored:
-            print(
-                f"Resuming after epoch {initial_epoch} (optimizer step "
-                f"{restored.get('iterations')}) from {run.backup}"
-            )
-        state = RunState(run, backups, restored, train_config)
-        # fit sets the model too; a rerun with no epoch left (killed after its
-        # last backup, or `train.epochs` raised to where it stood) fits none.
-        state.set_model(model.trainer)
-        if restored:
-            state.forget_best_if_stale(restored)
-        callbacks = [state, keras.callbacks.TerminateOnNaN()]
-        if chief:
-            callbacks.append(keras.callbacks.TensorBoard(str(run.logs)))
-        bounds = phase_bounds(task.phases(config), train_config.epochs)
-        fitted = False
-        for phase, (start, end) in enumerate(bounds):
-            if end <= initial_epoch or state.diverged_at is not None:
-                continue  # done before a restart, or diverged
-            if phase > state.phase:
-                state.begin_phase(phase, start)
-            elif state.stopped_early:
-                continue  # this phase stopped early before a restart
-            if len(bounds) > 1:
-                print(f"Training phase {phase + 1} of {len(bounds)}: epochs "
-                      f"{max(start, initial_epoch) + 1}-{end}")  # fmt: skip
-            task.start_phase(model, config, phase)
-            model.trainer.fit(
-                train_data,
-                validation_data=valid_data,
-                initial_epoch=max(start, initial_epoch),
-                epochs=end,
-                steps_per_epoch=train_config.steps_per_epoch,
-                callbacks=callbacks,
-                shuffle=False,  # the dataset shuffles itself
-                verbose=1 if sys.stdout.isatty() else 2,
-            )
-            model.trainer.stop_training = False
-            fitted = True
-        if state.diverged_at is not None:
-            raise PipelineError(
-                f"training diverged in epoch {state.diverged_at + 1} (loss is not "
-                f"finite); the last good state is kept in {run.backup}. To retry "
-                "with a lower train.learning_rate, train in a new --run-dir (the "
-                "learning rate is part of this run's fingerprint)."
-            )
-        if chief and run.best_weights.exists():
-            model.trainer.load_weights(str(run.best_weights))
-        epochs = len(state.history)
-        final = {
-            "status": "finished",
-            "epochs": epochs,
-            "next_epoch": state.history[-1]["epoch"] + 1 if epochs else initial_epoch,
-            "best_epoch": state.best_epoch,
-            "stopped_early": state.stopped_early,
-            "optimizer_iterations": (
-                state.state(epochs)["iterations"]
-                if fitted
-                else restored.get("iterations", 0)
-            ),
-            "seconds": round(time.time() - t0, 1),
-        }
-        if chief:
-            save_weights(model.trainer, run.weights)
-            final = run.write_state(**final)
-    where = run.weights if chief else "written by the chief worker"
-    print(f"Trained in {time.time() - t0:.0f} s; weights: {where}")
+    return train_data, valid_data
+
+
+def _model(task: Task, config, run: RunDir, preprocessors, strategy):
+    """The compiled model, restored from the newest good backup (or started
+    from ``train.init_from``), and the `RunState` callback over it; also the
+    restored state (``{}`` for a new run)."""
+    model = build_compiled(task, config, preprocessors, strategy)
+    patch_multi_worker(model.trainer, strategy)
+    backups = Backups(run.backup)
+    with strategy.scope():  # variables restored or loaded per replica
+        restored = backups.restore(model.trainer) or {}
+        if not restored and config.train.init_from:
+            initialise_from(task, model, config, config.train.init_from)
+    if restored:
+        print(
+            f"Resuming after epoch {restored.get('epoch', 0)} (optimizer step "
+            f"{restored.get('iterations')}) from {run.backup}"
+        )
+    state = RunState(run, backups, restored, config.train)
+    # fit sets the model too; a rerun with no epoch left (killed after its
+    # last backup, or `train.epochs` raised to where it stood) fits none.
+    state.set_model(model.trainer)
+    if restored:
+        state.forget_best_if_stale(restored)
+    return model, state, restored
+
+
+def _fit(task: Task, config, model, state, initial_epoch: int, datasets) -> bool:
+    """Fit the training phases left (`Task.phases`); whether any epoch ran."""
+    train_data, valid_data = datasets
+    callbacks = [state, keras.callbacks.TerminateOnNaN()]
+    if is_chief():
+        callbacks.append(keras.callbacks.TensorBoard(str(state.run.logs)))
+    bounds = phase_bounds(task.phases(config), config.train.epochs)
+    fitted = False
+    for phase, (start, end) in enumerate(bounds):
+        if end <= initial_epoch or state.diverged_at is not None:
+            continue  # done before a restart, or diverged
+        if phase > state.phase:
+            state.begin_phase(phase, start)
+        elif state.stopped_early:
+            continue  # this phase stopped early before a restart
+        if len(bounds) > 1:
+            print(f"Training phase {phase + 1} of {len(bounds)}: epochs "
+                  f"{max(start, initial_epoch) + 1}-{end}")  # fmt: skip
+        task.start_phase(model, config, phase)
+        model.trainer.fit(
+            train_data,
+            validation_data=valid_data,
+            initial_epoch=max(start, initial_epoch),
+            epochs=end,
+            steps_per_epoch=config.train.steps_per_epoch,
+            callbacks=callbacks,
+            shuffle=False,  # the dataset shuffles itself
+            verbose=1 if sys.stdout.isatty() else 2,
+        )
+        model.trainer.stop_training = False
+        fitted = True
+    return fitted
+
+
+def _finish(run: RunDir, model, state, restored: dict, fitted: bool, t0: float):
+    """The best weights kept as the run's weights, and the final ``run.json``;
+    a diverged run fails here, its last good state kept."""
+    if state.diverged_at is not None:
+        raise PipelineError(
+            f"training diverged in epoch {state.diverged_at + 1} (loss is not "
+            f"finite); the last good state is kept in {run.backup}. To retry "
+            "with a lower train.learning_rate, train in a new --run-dir (the "
+            "learning rate is part of this run's fingerprint)."
+        )
+    chief = is_chief()
+    if chief and run.best_weights.exists():
+        model.trainer.load_weights(str(run.best_weights))
+    epochs = len(state.history)
+    final = {
+        "status": "finished",
+        "epochs": epochs,
+        "next_epoch": (
+            state.history[-1]["epoch"] + 1 if epochs else restored.get("epoch", 0)
+        ),
+        "best_epoch": state.best_epoch,
+        "stopped_early": state.stopped_early,
+        "optimizer_iterations": (
+            state.state(epochs)["iterations"]
+            if fitted
+            else restored.get("iterations", 0)
+        ),
+        "seconds": round(time.time() - t0, 1),
+    }
+    if chief:
+        save_weights(model.trainer, run.weights)
+        final = run.write_state(**final)
     return final
 
 

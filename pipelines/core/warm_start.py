@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.core.run_dir import PipelineError, RunDir
+from pipelines.core.errors import PipelineError
+from pipelines.core.run_dir import RunDir
+from pipelines.core.run_guard import run_config
 
 SECTIONS = ("data", "tokenizer", "image")  # what the preprocessors are made of
 
@@ -62,7 +64,6 @@ def load_matching(model, path: str | Path) -> list[str]:
 def initialise_from(task, model: Any, config, source: str | Path) -> dict:
     """Load the matching weights of the finished run in ``source`` into
     ``model`` (a task model with ``trainer``); what was loaded."""
-    from pipelines.core.trainer import run_config  # the trainer imports this module
 
     run = RunDir(source)
     if not run.root.is_dir():

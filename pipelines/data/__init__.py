@@ -1,28 +1,28 @@
-"""Corpora, Debian descriptions, user files, length filtering and splits."""
+"""The tasks' shared data toolbox: splits, filters, user files, the split report.
 
-from .bible import BIBLE_PATH, load_bible
-from .corpus import load_corpus
-from .dates import generate_dates
-from .debian import load_debian_descriptions, read_debian_descriptions
-from .ding import DING_PATH, load_ding
-from .errors import MissingDataError
-from .filters import filter_length
-from .splits import Splits, split_pairs
-from .summary import summarize
-from .user_files import read_parallel, read_tsv
+A task's own corpora and generators live in its folder
+(``pipelines/<task>/``); what more than one task uses lives here.
+"""
+
+from pipelines.data.filters import filter_length
+from pipelines.data.split_report import summarize
+from pipelines.data.splits import Splits, split_pairs
+from pipelines.data.user_files import (
+    field_error,
+    jsonl_objects,
+    read_jsonl,
+    read_lines,
+    read_parallel,
+    read_tsv,
+)
 
 __all__ = [
-    "BIBLE_PATH",
-    "DING_PATH",
-    "MissingDataError",
     "Splits",
+    "field_error",
     "filter_length",
-    "generate_dates",
-    "load_bible",
-    "load_corpus",
-    "load_debian_descriptions",
-    "load_ding",
-    "read_debian_descriptions",
+    "jsonl_objects",
+    "read_jsonl",
+    "read_lines",
     "read_parallel",
     "read_tsv",
     "split_pairs",

@@ -1,7 +1,7 @@
 """The extractive question-answering task's configuration and presets.
 
 A run is one `ExtractiveConfig`: the data (passages over real country facts
-from `pipelines.data.countries`, or the user's JSON Lines), the word
+from `pipelines.extractive.countries`, or the user's JSON Lines), the word
 vocabulary with its hashed out-of-vocabulary buckets and the lengths it
 keeps, and the span model (BiDAF over BiGRU encodings, a span pointer),
 beside the shared ``train`` and ``export`` sections.
@@ -21,17 +21,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pipelines.core import config as core_config
-from pipelines.core.config import RunConfig, TrainConfig
-
-POSITIVE = {"range": (1, None)}
-FRACTION = {"range": (0.0, 1.0)}
+from pipelines.core.config import POSITIVE, RunConfig, TrainConfig
 
 
 @dataclass
-class DataConfig:
+class DataConfig(core_config.SplitConfig):
     """``countries`` (templated passages over `countryinfo`'s facts, split by
-    country; `pipelines.data.countries.load_countries`) or ``jsonl:PATH``
-    (the user's passages, `pipelines.data.countries.read_span_jsonl`).
+    country; `pipelines.extractive.countries.load_countries`) or ``jsonl:PATH``
+    (the user's passages, `pipelines.extractive.countries.read_span_jsonl`).
 
     ``passages_per_country`` is how many passages (other sentence orders and
     phrasings) each training country gets; ``limit`` keeps the first
@@ -42,12 +39,7 @@ class DataConfig:
     source: str = "countries"
     passages_per_country: int = field(default=4, metadata=POSITIVE)
     limit: int | None = field(default=None, metadata=POSITIVE)
-    valid_fraction: float = field(default=0.1, metadata=FRACTION)
-    test_fraction: float = field(default=0.2, metadata=FRACTION)
-    seed: int = 0
-
-    def validate(self, where: str = "data.") -> None:
-        core_config.check_fractions(self.valid_fraction, self.test_fraction, where)
+    test_fraction: float = core_config.fraction(0.2)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The extractive task's data: passages, questions, answer spans, and batches.
 
-Examples are `pipelines.data.countries.SpanExample` (a passage, a question,
+Examples are `pipelines.extractive.countries.SpanExample` (a passage, a question,
 the gold answers and the first one's character start). `encode` turns
 passages and questions into what the model reads, with the same graph code
 the export runs (`pipelines.extractive.tokenizer.SpanTokenizer`), and finds
@@ -9,7 +9,7 @@ answer's characters.
 
 Example:
 
->>> from pipelines.data.countries import SpanExample
+>>> from pipelines.extractive.countries import SpanExample
 >>> from pipelines.extractive.data import token_span
 >>> example = SpanExample("Its capital is Paris.", "Capital?", ("Paris",), 15)
 >>> token_span(example, begins=[0, 4, 12, 15, 20], ends=[3, 11, 14, 20, 21])
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipelines.core.run_dir import PipelineError
+from pipelines.core.errors import PipelineError
 from pipelines.core.task import Data
 
 
@@ -33,8 +33,8 @@ class Preprocessors(NamedTuple):
 
 def load_data(config) -> Data:
     """The configured examples split into train / valid / test, with notes."""
-    from pipelines.core.config import ConfigError
-    from pipelines.data import countries
+    from pipelines.core.errors import ConfigError
+    from pipelines.extractive import countries
 
     d = config.data
     kind, _, argument = d.source.partition(":")
@@ -69,8 +69,8 @@ def load_data(config) -> Data:
 
 
 def describe_countries(counts: dict) -> list[str]:
-    """`pipelines.data.countries.load_countries`'s counts as summary lines."""
-    from pipelines.data.countries import FIELDS
+    """`pipelines.extractive.countries.load_countries`'s counts as summary lines."""
+    from pipelines.extractive.countries import FIELDS
 
     missing = ", ".join(
         f"{field} {counts[f'skipped_{field}']}"
@@ -210,3 +210,26 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
         return features, {"start": start, "end": end}
 
     return data.map(as_features).prefetch(tf.data.AUTOTUNE)
+
+
+def samples_for(config) -> list[str]:
+    """Inputs for ``demo`` and the contract: three questions on other facts,
+    passage then question, from the test split (else the validation or the
+    training split)."""
+    data = load_data(config)
+    for split in ("test", "valid", "train"):
+        chosen, fields = [], set()
+        for example in data.split(split):  # the first three facts asked
+            if example.field not in fields and example.question.endswith("?"):
+                fields.add(example.field)
+                chosen.append(f"{example.context}\n{example.question}")
+            if len(chosen) == 3:
+                break
+        if chosen:
+            return chosen
+    raise PipelineError(
+        f"data: no question of {config.data.source} ends in '?' "
+        f"({len(data.train)} train / {len(data.valid)} valid / "
+        f"{len(data.test)} test questions); demo and export send three as "
+        "samples."
+    )

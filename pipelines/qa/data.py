@@ -1,6 +1,6 @@
 """The question-answering task's data: stories, questions, answers, and batches.
 
-Examples are `pipelines.data.babi.QAExample` (a story's sentences, the
+Examples are `pipelines.qa.babi.QAExample` (a story's sentences, the
 question, the answer, the supporting facts' indices), generated bAbI-style
 or read from the user's JSON Lines. `Preprocessors` are the word vocabulary
 and the answer list; an answer that is one vocabulary word answers with that
@@ -10,7 +10,7 @@ its own after the vocabulary.
 
 Example:
 
->>> from pipelines.data.babi import QAExample
+>>> from pipelines.qa.babi import QAExample
 >>> from pipelines.qa.data import answer_ids
 >>> answer_ids(["kitchen", "garden"], ["garden", "yes", "apple,milk"])
 [5, 6, 7]
@@ -24,9 +24,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipelines.core.run_dir import PipelineError
+from pipelines.core.errors import PipelineError
 from pipelines.core.task import Data
-from pipelines.data.babi import QAExample
+from pipelines.qa.babi import QAExample
+
+SAMPLES = [
+    "Mary moved to the bathroom. John went to the hallway. Where is Mary?",
+    "Daniel journeyed to the office. Sandra went back to the garden. "
+    "Daniel travelled to the kitchen. Where is Daniel?",
+    "John moved to the bedroom. Mary went to the hallway. Is John in the bedroom?",
+]
 
 
 class Preprocessors(NamedTuple):
@@ -84,8 +91,8 @@ def max_source_words(config) -> int:
 
 def load_data(config) -> Data:
     """The configured examples split into train / valid / test, with notes."""
-    from pipelines.core.config import ConfigError
-    from pipelines.data import babi
+    from pipelines.core.errors import ConfigError
+    from pipelines.qa import babi
 
     d = config.data
     kind, _, argument = d.source.partition(":")
@@ -102,7 +109,7 @@ def load_data(config) -> Data:
             seed=d.seed,
         )
     elif kind == "babi-text" and argument:
-        from pipelines.data.babi_text import load_babi_files
+        from pipelines.qa.babi_text import load_babi_files
 
         train, valid, test, notes = load_babi_files(argument, d.valid_fraction)
     elif kind == "jsonl" and argument:
@@ -322,3 +329,25 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
         return features, answer
 
     return data.map(as_features).prefetch(tf.data.AUTOTUNE)
+
+
+def samples_for(config) -> list[str]:
+    """Inputs for ``demo`` and the contract: a story and a question each, from
+    the configured data (a yes/no question among them where the tasks ask one)."""
+    kind, _, path = config.data.source.partition(":")
+    if kind == "babi":
+        from pipelines.qa.babi import parse_babi_spec
+
+        tasks, _ = parse_babi_spec(config.data.source)
+        return list(SAMPLES if 6 in tasks else SAMPLES[:2])  # [2]: yes/no
+    if kind == "babi-text":
+        from pipelines.qa.babi_text import load_babi_files
+
+        first = load_babi_files(path)[2][:3]  # the first test questions
+    else:
+        from pipelines.qa.babi import read_qa_jsonl
+
+        first = read_qa_jsonl(path)[:3]
+    examples = [e for e in first if e.question.endswith("?")]
+    texts = ["\n".join((*e.story, e.question)) for e in examples]
+    return texts or list(SAMPLES)

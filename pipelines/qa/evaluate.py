@@ -86,8 +86,8 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
     import tensorflow as tf
 
     from pipelines.core.run_dir import write_text
-    from pipelines.data.babi import format_story
-    from pipelines.data.babi_text import TASK_NAMES
+    from pipelines.qa.babi import format_story
+    from pipelines.qa.babi_text import TASK_NAMES
     from pipelines.qa.serving import attention_rows, step_labels
 
     fn = answerer.signatures()["serving_default"]

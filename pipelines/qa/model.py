@@ -68,7 +68,7 @@ class GenerativeQA:
     out: the encoder-decoder of the seeds' framing ("the source is a
     question, the target an answer"), with a changing context vector at
     every step. It is the translation task's attention model
-    (`pipelines.translation.model.RNNSeq2Seq`: a BiGRU encoder, a GRU decoder
+    (`pipelines.core.seq2seq.RNNSeq2Seq`: a BiGRU encoder, a GRU decoder
     with Bahdanau attention and input feeding), over word ids.
 
     Args:
@@ -80,13 +80,11 @@ class GenerativeQA:
     """
 
     def __init__(self, config, source_vocab: int, target_vocab: int):
-        from pipelines.translation.config import ModelConfig as Seq2SeqConfig
-        from pipelines.translation.model import RNNSeq2Seq
+        from pipelines.core.seq2seq import RNNSeq2Seq, Seq2SeqConfig
 
         m = config.model
         self.seq2seq = RNNSeq2Seq(
             Seq2SeqConfig(
-                architecture="rnn",
                 attention="bahdanau",
                 embedding_dim=m.embed_dim,
                 units=m.units,

@@ -1,2 +1,1 @@
-"""Summarization (in progress): the pointer-generator model and its in-graph
-decoding; the task comes next."""
+"""Summarization: the pointer-generator network with coverage (See et al. 2017)."""

@@ -21,27 +21,27 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pipelines.core import config as core_config
-from pipelines.core.config import DecodeConfig, RunConfig, TrainConfig
+from pipelines.core.config import (
+    POSITIVE,
+    DecodeConfig,
+    RunConfig,
+    TrainConfig,
+)
+from pipelines.core.errors import ConfigError
 
-POSITIVE = {"range": (1, None)}
-FRACTION = {"range": (0.0, 1.0)}
 VARIANTS = ("baseline", "pointer", "coverage")
 
 
 @dataclass
-class DataConfig:
+class DataConfig(core_config.SplitConfig):
     """Which corpus (`pipelines.summarization.data.SPECS`), filtered and split."""
 
     corpus: str = "debian"
     max_source_words: int = field(default=400, metadata=POSITIVE)
     max_target_words: int = field(default=40, metadata=POSITIVE)
-    valid_fraction: float = field(default=0.05, metadata=FRACTION)
-    test_fraction: float = field(default=0.05, metadata=FRACTION)
-    seed: int = 0
+    valid_fraction: float = core_config.fraction(0.05)
+    test_fraction: float = core_config.fraction(0.05)
     limit: int | None = field(default=None, metadata=POSITIVE)  # first N pairs
-
-    def validate(self, where: str = "data.") -> None:
-        core_config.check_fractions(self.valid_fraction, self.test_fraction, where)
 
 
 @dataclass
@@ -71,12 +71,12 @@ class ModelConfig:
 
     def validate(self, where: str = "model.") -> None:
         if self.architecture == "transformer" and self.variant == "coverage":
-            raise core_config.ConfigError(
+            raise ConfigError(
                 f"config: `{where}variant` coverage is the RNN's; with "
                 f"`{where}architecture` transformer choose baseline or pointer."
             )
         if self.architecture == "transformer" and self.embedding_dim % self.num_heads:
-            raise core_config.ConfigError(
+            raise ConfigError(
                 f"config: `{where}embedding_dim` ({self.embedding_dim}) must be a "
                 f"multiple of `{where}num_heads` ({self.num_heads})."
             )
@@ -114,7 +114,7 @@ class SummarizationConfig(RunConfig):
     def validate(self) -> SummarizationConfig:
         super().validate()
         if self.decode.min_length > self.tokenizer.max_target_tokens:
-            raise core_config.ConfigError(
+            raise ConfigError(
                 "config: `decode.min_length` must be at most "
                 f"`tokenizer.max_target_tokens` ({self.tokenizer.max_target_tokens})"
                 f", received {self.decode.min_length}."
@@ -124,9 +124,8 @@ class SummarizationConfig(RunConfig):
 
 def _debian() -> SummarizationConfig:
     # Sized for a CPU: 2,000 steps of 64 pairs (about two passes over the
-    # training split), the last 500 with the coverage loss; the three
-    # variants train side by side on two cores in about an hour
-    # (docs/pipelines/summarization.md has the measured table).
+    # training split), the last 500 with the coverage loss
+    # (docs/pipelines/summarization.md has the measured table and times).
     return SummarizationConfig(
         name="debian",
         data=DataConfig(

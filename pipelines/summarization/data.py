@@ -1,9 +1,9 @@
 """The summarization task's data: (document, summary) pairs, split, and batches.
 
 Corpora (`SPECS`): the Debian package descriptions and their synopsis
-(`pipelines.data.debian`, split by source package and body prefix so that
+(`pipelines.summarization.debian`, split by source package and body prefix so that
 templated near-copies stay in one split), generated package blurbs
-(`pipelines.data.blurbs`, offline, for the ``tiny`` preset and CI), or the
+(`pipelines.summarization.blurbs`, offline, for the ``tiny`` preset and CI), or the
 user's TSV or JSON Lines file.
 
 Example:
@@ -16,13 +16,13 @@ Example:
 
 from __future__ import annotations
 
-from pipelines.core.run_dir import PipelineError
+from pipelines.core.errors import PipelineError
 from pipelines.core.task import Data
 from pipelines.data import read_tsv, split_pairs
 from pipelines.data.user_files import read_jsonl
 
 SPECS = (
-    "debian (apt's Translation-en lists, cached; see pipelines.data.debian)",
+    "debian (apt's Translation-en lists, cached; see pipelines.summarization.debian)",
     "blurbs or blurbs:N (generated, offline; default N=6000)",
     "tsv:PATH (document in column 0, summary in column 1)",
     "jsonl:PATH (objects with `document` and `summary`)",
@@ -43,7 +43,7 @@ def read_aclsum(aspect: str = "challenge") -> list[tuple[str, str]]:
     import json
     from pathlib import Path
 
-    from pipelines.data import MissingDataError
+    from pipelines.core.errors import MissingDataError
 
     if aspect not in ACLSUM_ASPECTS:
         raise ValueError(
@@ -72,12 +72,15 @@ def read_corpus(spec: str, config) -> tuple[list, list[str] | None]:
     pairs in one split; ``None`` splits by the document text."""
     name, _, argument = spec.partition(":")
     if name == "debian" and not argument:
-        from pipelines.data.debian import group_descriptions, read_debian_descriptions
+        from pipelines.summarization.debian import (
+            group_descriptions,
+            read_debian_descriptions,
+        )
 
         records = read_debian_descriptions()
         return [(r.body, r.synopsis) for r in records], group_descriptions(records)
     if name == "blurbs" and (not argument or argument.isdigit()):
-        from pipelines.data.blurbs import generate_blurbs
+        from pipelines.summarization.blurbs import generate_blurbs
 
         return generate_blurbs(int(argument or 6000), config.data.seed), None
     if name == "tsv" and argument:

@@ -11,25 +11,23 @@ attention and ``p_gen``.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-import numpy as np
-
-from pipelines.core.run_dir import PipelineError
-from pipelines.core.task import BadRequest, Data, DataCase, Task
+from pipelines.core.errors import PipelineError
+from pipelines.core.task import Data, Task, saved_or_learned
 from pipelines.summarization import config as summarization_config
+from pipelines.summarization.client import SummarizationClient
+from pipelines.summarization.contract import SummarizationContract
 
 TOKENIZER = "tokenizer.json"
 
 
 class SummarizationTask(Task):
+    client = SummarizationClient()
+    contract = SummarizationContract()
     name = "summarization"
     description = "summarization: pointer-generator with coverage, strings in"
     default_preset = "debian"
     run_files = (TOKENIZER, "summaries.tsv", "attention.png")
     evaluate_files = ("summaries.tsv", "plots/attention_0.png")
-    predict_aliases = ("summarize",)
 
     def presets(self):
         return summarization_config.PRESETS
@@ -43,26 +41,19 @@ class SummarizationTask(Task):
     def preprocessors(self, run, data, config, create):
         from pipelines.core.text import WordTokenizer, load_tokenizer
 
-        path = None if run is None else run / TOKENIZER
-        if path is not None and path.exists():
-            return load_tokenizer(path)
-        if data is None and run is None:
-            raise ValueError("preprocessors: give a run folder or data to learn from.")
-        if data is None:
-            raise PipelineError(
-                f"{run.root} has no {TOKENIZER}: train a model there first "
-                "(`attention-pipelines summarization train`)."
-            )
-        texts = [text for pair in data.train for text in pair]
-        tokenizer = WordTokenizer.learn(texts, config.tokenizer.vocab_size)
-        if create and path is not None:
-            tokenizer.save(path)
-        return tokenizer
+        def learn(data):
+            texts = [text for pair in data.train for text in pair]
+            return WordTokenizer.learn(texts, config.tokenizer.vocab_size)
+
+        return saved_or_learned(
+            self.name, run, data, create, (TOKENIZER,), load_tokenizer, learn,
+            lambda tokenizer, path: tokenizer.save(path),
+        )  # fmt: skip
 
     def summary(self, data, preprocessors, config) -> str:
         from pipelines.core.text import token_lengths
         from pipelines.data import Splits, summarize
-        from pipelines.data.debian import absent_share
+        from pipelines.summarization.debian import absent_share
 
         tok = config.tokenizer
         lines = [summarize(Splits(data.train, data.valid, data.test))] + data.notes
@@ -139,19 +130,6 @@ class SummarizationTask(Task):
         print(f"Coverage loss weight {weight:g}")
 
     # -- evaluation ---------------------------------------------------------
-    def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--beam-width", type=int, help="beams (1 = greedy; default: decode.*)"
-        )
-        parser.add_argument(
-            "--min-length", type=int, help="fewest summary tokens before [END]"
-        )
-        parser.add_argument("--heatmaps", type=int, default=3, help="attention plots")
-        parser.add_argument(
-            "--corpus",
-            help="score every pair of another corpus instead (a data.corpus "
-            "spec, e.g. aclsum: an out-of-domain test); --limit applies",
-        )
 
     def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
         from pipelines.summarization.evaluate import evaluate
@@ -176,13 +154,6 @@ class SummarizationTask(Task):
             getattr(args, "heatmaps", 3),
         )  # fmt: skip
 
-    def evaluation_summary(self, metrics: dict) -> str:
-        return (
-            f"ROUGE-1/2/L {metrics['rouge1']:.1f}/{metrics['rouge2']:.1f}/"
-            f"{metrics['rougeL']:.1f}, OOV copied {metrics['oov_copied']:.0%} on "
-            f"the {metrics['split']} split"
-        )
-
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):
         from pipelines.summarization.serving import Summarizer
@@ -193,138 +164,6 @@ class SummarizationTask(Task):
         from pipelines.summarization.serving import samples_for
 
         return samples_for(config)
-
-    def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--beam-width", type=int, help="1 = greedy")
-        parser.add_argument("--length-penalty", type=float, help="GNMT alpha")
-        parser.add_argument("--min-length", type=int, help="fewest summary tokens")
-        parser.add_argument("--plot", help="write the first text's attention here")
-
-    def predict(self, export_dir, inputs, args) -> None:
-        import tensorflow_text  # noqa: F401  registers the tokenizer ops
-
-        from pipelines.core.serving import call_export
-
-        feed = {"text": np.array(inputs, dtype=object)}
-        if args.beam_width is not None:
-            feed["beam_width"] = np.int32(args.beam_width)
-        if args.length_penalty is not None:
-            feed["length_penalty"] = np.float32(args.length_penalty)
-        if args.min_length is not None:
-            feed["min_length"] = np.int32(args.min_length)
-        out = call_export(export_dir, feed)
-        for text, summary, score, p_gen, length in zip(
-            inputs, out["summary"], out["score"], out["p_gen"], out["length"],
-            strict=True,
-        ):  # fmt: skip
-            mean = float(p_gen.sum() / length) if length else 0.0
-            print(
-                f"{text}\n  -> {summary.decode('utf-8')}   (score {score:.3f}, "
-                f"mean p_gen {mean:.2f})"
-            )
-        if args.plot:
-            from pipelines.core.plots import alignment_heatmap
-
-            first = out["summary"][0].decode("utf-8")
-            path = alignment_heatmap(
-                out["source_tokens"][0],
-                out["summary_tokens"][0],
-                out["attention"][0],
-                args.plot,
-                title=f"{inputs[0][:50]!r}... -> {first[:60]!r}",
-                p_gen=out["p_gen"][0],
-            )
-            print(f"Attention heatmap with p_gen: {path}")
-
-    def demo_arguments(self, run_dir) -> list[str]:
-        return ["--plot", str(Path(run_dir) / "attention.png")]
-
-    def demo_notes(self, run_dir) -> list[str]:
-        return [f"heatmap {Path(run_dir) / 'attention.png'}"]
-
-    # -- the pipeline contract ----------------------------------------------
-    def contract_requests(self, config) -> list[dict]:
-        texts = np.array(self.samples(config), dtype=object)
-        greedy = {"beam_width": np.int32(1), "length_penalty": np.float32(0)}
-        widest = {
-            "beam_width": np.int32(config.decode.beam_width),
-            "length_penalty": np.float32(1.0),
-            "min_length": np.int32(config.tokenizer.max_target_tokens),
-        }
-        return [
-            {"text": texts},
-            {"text": texts, **greedy},
-            {"text": texts[:1], **widest},
-        ]
-
-    def bad_requests(self, config) -> list[BadRequest]:
-        text = np.array(self.samples(config)[:1], dtype=object)
-        widest = config.decode.beam_width
-        longest = config.tokenizer.max_target_tokens
-
-        def empty_summary(out):
-            assert out["summary"][0] == b"" and out["length"][0] == 0
-            assert out["score"][0] == 0.0 and not out["attention"][0].any()
-            assert not out["p_gen"][0].any()
-            assert out["length"][1] > 0
-
-        def empty_batch(out):
-            assert out["summary"].shape == (0,), out["summary"].shape
-            assert out["score"].shape == (0,) and out["p_gen"].shape[0] == 0
-
-        def texts(*rows):
-            return np.array(list(rows), dtype=object)
-
-        def options(**values):
-            return {"text": text, **values}
-
-        penalty = "serving input `length_penalty`"
-        beams = "serving input `beam_width`"
-        shortest = "serving input `min_length`"
-        vector = "serving input `text` must be a vector"
-        return [
-            BadRequest("nan", options(length_penalty=np.float32("nan")), penalty),
-            BadRequest("inf", options(length_penalty=np.float32("inf")), penalty),
-            BadRequest("negative", options(length_penalty=np.float32(-1)), penalty),
-            BadRequest("beam 0", options(beam_width=np.int32(0)), beams),
-            BadRequest("too wide", options(beam_width=np.int32(widest + 1)), beams),
-            BadRequest("min length -1", options(min_length=np.int32(-1)), shortest),
-            BadRequest(
-                "min length too long",
-                options(min_length=np.int32(longest + 1)),
-                shortest,
-            ),
-            BadRequest(
-                "beam vector",
-                options(beam_width=np.array([1, 2], np.int32)),
-                beams,
-                python=False,
-            ),
-            BadRequest(
-                "empty string", {"text": texts("", text[0])}, check=empty_summary
-            ),
-            BadRequest(
-                "spaces", {"text": texts("  \t ", text[0])}, check=empty_summary
-            ),
-            BadRequest("empty batch", {"text": texts()}, check=empty_batch),
-            BadRequest(
-                "invalid utf-8",
-                {"text": texts(b"ok", b"\xff\xfe")},
-                "serving input `text` must be valid UTF-8",
-            ),
-            BadRequest(
-                "rank 2", {"text": np.array([["a", "b"]], object)}, vector, python=False
-            ),
-            BadRequest("rank 0", {"text": np.array("a", object)}, vector, python=False),
-        ]
-
-    def contract_data(self, folder) -> dict[str, DataCase]:
-        empty = Path(folder) / "empty.tsv"
-        empty.write_text("")
-        return {
-            "empty_file": DataCase([f"data.corpus=tsv:{empty}"], str(empty)),
-            "empty_valid": DataCase(["data.valid_fraction=0.0"]),
-        }
 
 
 TASK = SummarizationTask()

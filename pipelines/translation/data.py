@@ -10,9 +10,10 @@ Example:
 
 from __future__ import annotations
 
-from pipelines.core.run_dir import PipelineError
+from pipelines.core.errors import PipelineError
 from pipelines.core.task import Data
-from pipelines.data import load_corpus, split_pairs
+from pipelines.data import split_pairs
+from pipelines.translation.corpus import load_corpus
 
 
 def corpus_files(spec: str) -> str:

@@ -92,7 +92,7 @@ class Case:
     @property
     def config(self):
         from pipelines.core.run_dir import RunDir
-        from pipelines.core.trainer import run_config
+        from pipelines.core.run_guard import run_config
 
         return run_config(self.task, RunDir(self.run_dir))
 

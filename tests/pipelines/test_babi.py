@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core.run_dir import PipelineError
-from pipelines.data import babi
-from pipelines.data.babi import (
+from pipelines.core.errors import PipelineError
+from pipelines.qa import babi
+from pipelines.qa.babi import (
     TASKS,
     QAExample,
     format_story,

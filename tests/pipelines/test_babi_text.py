@@ -1,4 +1,4 @@
-"""bAbI's text format (`pipelines.data.babi_text`): the original files' layout
+"""bAbI's text format (`pipelines.qa.babi_text`): the original files' layout
 read by hand, our generated tasks written and read back unchanged, and the
 errors a malformed file gets."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from pipelines.core.config import apply_overrides
-from pipelines.core.run_dir import PipelineError
-from pipelines.data.babi import TASKS, QAExample, load_babi
-from pipelines.data.babi_text import (
+from pipelines.core.errors import PipelineError
+from pipelines.qa.babi import TASKS, QAExample, load_babi
+from pipelines.qa.babi_text import (
     TASK_NAMES,
     file_name,
     load_babi_files,

@@ -15,19 +15,19 @@ from PIL import Image
 
 from pipelines.captioning import data as captioning_data
 from pipelines.captioning.config import ImageConfig, preset
-from pipelines.captioning.evaluate import caption_bleu, caption_cider, peak_hits
-from pipelines.captioning.images import decode_images
-from pipelines.captioning.task import TASK
-from pipelines.core.config import ConfigError, apply_overrides
-from pipelines.core.run_dir import PipelineError
-from pipelines.core.text import END, PAD, RESERVED, START
-from pipelines.data.digit_strips import (
+from pipelines.captioning.digit_strips import (
     WORDS,
     _scans,
     make_strips,
     png_bytes,
     source_split,
 )
+from pipelines.captioning.evaluate import caption_bleu, caption_cider, peak_hits
+from pipelines.captioning.images import decode_images
+from pipelines.captioning.task import TASK
+from pipelines.core.config import apply_overrides
+from pipelines.core.errors import ConfigError, PipelineError
+from pipelines.core.text import END, PAD, RESERVED, START
 
 pytestmark = pytest.mark.tf_only
 
@@ -190,7 +190,9 @@ def test_a_bad_user_folder_is_named(tmp_path):
     with pytest.raises(PipelineError, match="line 1: `caption` must be a non-empty"):
         load(tmp_path)
     (tmp_path / "captions.jsonl").write_text("{not json\n")
-    with pytest.raises(PipelineError, match="line 1: not JSON"):
+    with pytest.raises(
+        PipelineError, match="line 1: expected a JSON object .*not JSON"
+    ):
         load(tmp_path)
     with pytest.raises(ConfigError, match="digits:N"):
         TASK.load_data(apply_overrides(preset("tiny"), ["data.source=mnist"]))
@@ -493,7 +495,7 @@ def fashion_root(tmp_path):
 
 
 def test_fashion_scenes_relate_their_items_and_box_them(fashion_root):
-    from pipelines.data import fashion_scenes as fs
+    from pipelines.captioning import fashion_scenes as fs
 
     scenes = fs.make_scenes(30, "train", seed=1, root=fashion_root)
     again = fs.make_scenes(30, "train", seed=1, root=fashion_root)
@@ -531,7 +533,7 @@ def test_fashion_scenes_relate_their_items_and_box_them(fashion_root):
 
 
 def test_fashion_scenes_in_the_task_and_their_errors(fashion_root, tmp_path):
-    from pipelines.data.fashion_scenes import read_idx
+    from pipelines.captioning.fashion_scenes import read_idx
 
     config = apply_overrides(preset("fashion"), [
         "data.source=fashion:8", "data.valid_size=2", "data.test_size=2",

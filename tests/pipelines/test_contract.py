@@ -51,8 +51,8 @@ def case(request, pipeline_case):
 
 def _requests(case):
     """Good requests, then each bad one followed by a good one."""
-    good = case.task.contract_requests(case.config)
-    bad = case.task.bad_requests(case.config)
+    good = case.task.contract.requests(case.config)
+    bad = case.task.contract.bad_requests(case.config)
     return good, bad
 
 
@@ -110,7 +110,7 @@ def test_warmup_requests_are_served_requests(case):
         for r in tf.data.TFRecordDataset(str(warmup))
     ]
     assert 1 <= len(logs) <= 1000
-    from pipelines.core.cloader import signature_tensors
+    from pipelines.cloader import signature_tensors
 
     inputs, _ = signature_tensors(case.export_dir)
     for log in logs:
@@ -157,7 +157,7 @@ def test_bad_requests_in_python(case, tmp_path):
 
 def _c_loader(case, tmp_path):
     if "c" not in case._cache:
-        from pipelines.core import cloader
+        from pipelines import cloader
 
         good, bad = _requests(case)
         requests = list(good)
@@ -170,7 +170,7 @@ def _c_loader(case, tmp_path):
 def test_c_loader_serves_every_string_input(case, tmp_path):
     from tensorflow.python.tools import saved_model_utils
 
-    from pipelines.core.cloader import signature_tensors
+    from pipelines.cloader import signature_tensors
 
     good, _ = _requests(case)
     meta = saved_model_utils.get_meta_graph_def(str(case.export_dir), "serve")
@@ -241,7 +241,7 @@ def test_damaged_backup_resumes_from_the_one_before(case, tmp_path, damaged, cap
 
 def test_every_backup_damaged_is_refused(case, tmp_path):
     from pipelines.core import config as config_lib
-    from pipelines.core.run_dir import PipelineError
+    from pipelines.core.errors import PipelineError
     from pipelines.core.trainer import train
 
     run = tmp_path / "run"
@@ -286,7 +286,7 @@ def test_a_run_killed_after_its_last_backup_finishes_on_rerun(case, tmp_path, ca
 
 def test_failed_audit_publishes_nothing(case, tmp_path, monkeypatch):
     from pipelines.core import export
-    from pipelines.core.run_dir import PipelineError
+    from pipelines.core.errors import PipelineError
 
     module, signatures = case.module()
     monkeypatch.setattr(export, "core_ops", lambda: {"NoOp"})
@@ -323,7 +323,7 @@ def test_another_configuration_is_refused(case, capfd):
 def test_overwrite_starts_afresh(case, tmp_path, capsys):
     from pipelines.core import config as config_lib
     from pipelines.core.run_dir import RunDir
-    from pipelines.core.trainer import check_run
+    from pipelines.core.run_guard import check_run
 
     run = tmp_path / "run"
     shutil.copytree(case.run_dir, run)
@@ -376,10 +376,10 @@ def test_yaml_values_are_typed(case, tmp_path):
 
 def test_bad_data_is_named_before_training(case, tmp_path):
     from pipelines.core import config as config_lib
-    from pipelines.core.run_dir import PipelineError
+    from pipelines.core.errors import PipelineError
     from pipelines.core.trainer import train
 
-    cases = case.task.contract_data(tmp_path)
+    cases = case.task.contract.data(tmp_path)
     empty = config_lib.apply_overrides(case.config, cases["empty_file"].overrides)
     with pytest.raises(
         PipelineError, match=f"no examples in {cases['empty_file'].path}"

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from pipelines.core import config as config_lib
-from pipelines.core.config import ConfigError, RunConfig
-from pipelines.core.run_dir import PipelineError, RunDir, read_json, write_text
+from pipelines.core.config import RunConfig
+from pipelines.core.errors import ConfigError, PipelineError
+from pipelines.core.run_dir import RunDir, read_json, write_text
 
 pytestmark = pytest.mark.tf_only
 
@@ -214,7 +215,7 @@ def test_killed_processes_temporaries_are_removed(tmp_path):
 def test_run_guard_keeps_tasks_apart_and_names_what_is_done(tmp_path):
     from pipelines import registry
     from pipelines.core.run_dir import write_json
-    from pipelines.core.trainer import _nothing_to_do, check_run
+    from pipelines.core.run_guard import check_run, nothing_to_do
 
     task = registry.get("translation")
     config = config_lib.preset(task.presets(), "tiny")
@@ -229,9 +230,9 @@ def test_run_guard_keeps_tasks_apart_and_names_what_is_done(tmp_path):
         check_run(task, config, run)
     assert check_run(task, config, run, overwrite=True) is None
     assert not run.state_path.exists()
-    message = _nothing_to_do(run, {"epochs": 3, "stopped_early": True})
+    message = nothing_to_do(run, {"epochs": 3, "stopped_early": True})
     assert "stopped early after 3 epochs" in message and "--overwrite" in message
-    assert "Raise train.epochs" in _nothing_to_do(run, {"epochs": 3})
+    assert "Raise train.epochs" in nothing_to_do(run, {"epochs": 3})
 
 
 def test_best_weights_of_a_replayed_epoch_are_forgotten(tmp_path, capsys):
@@ -552,7 +553,8 @@ def test_learning_rate_follows_a_step_schedule_per_phase(tmp_path, capsys):
     ],
 )
 def test_a_learning_rate_schedule_that_cannot_act_is_refused(overrides, message):
-    from pipelines.core.config import ConfigError, apply_overrides
+    from pipelines.core.config import apply_overrides
+    from pipelines.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         apply_overrides(ToyConfig(), ["train.lr_reduce_patience=1", *overrides])
@@ -894,7 +896,7 @@ def test_tpu_strategy_is_built_from_an_address(monkeypatch):
 def test_chief_and_multi_worker_settings(monkeypatch):
     import json
 
-    from pipelines.core import strategy
+    from pipelines.core import launcher, strategy
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert strategy.is_chief()
@@ -905,7 +907,7 @@ def test_chief_and_multi_worker_settings(monkeypatch):
         spec = {"cluster": cluster, "task": {"type": "worker", "index": index}}
         monkeypatch.setenv("TF_CONFIG", json.dumps(spec))
         assert strategy.is_chief() is chief
-    assert len(strategy.free_ports(3)) == 3
+    assert len(launcher.free_ports(3)) == 3
 
 
 # -- serving checks --------------------------------------------------------------------

@@ -13,10 +13,9 @@ from pathlib import Path
 import countryinfo
 import pytest
 
-from pipelines.core.run_dir import PipelineError
-from pipelines.data import MissingDataError
-from pipelines.data import countries as countries_module
-from pipelines.data.countries import (
+from pipelines.core.errors import MissingDataError, PipelineError
+from pipelines.extractive import countries as countries_module
+from pipelines.extractive.countries import (
     FIELDS,
     HELD_OUT_QUESTIONS,
     QUESTIONS,

@@ -6,21 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.core.errors import MissingDataError, PipelineError
 from pipelines.data import (
-    MissingDataError,
     Splits,
     filter_length,
-    generate_dates,
-    load_bible,
-    load_corpus,
-    load_ding,
     read_parallel,
     read_tsv,
     split_pairs,
     summarize,
 )
-from pipelines.data.bible import load_bible_rows
-from pipelines.data.ding import DING_PATH, parse_ding_line
+from pipelines.translation.bible import load_bible, load_bible_rows
+from pipelines.translation.corpus import load_corpus
+from pipelines.translation.dates import generate_dates
+from pipelines.translation.ding import DING_PATH, load_ding, parse_ding_line
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +126,7 @@ def test_read_tsv(tmp_path: Path):
         ('Hallo "Welt"', 'Hello "world"'),
         ("Ja", "Yes"),
     ]
-    with pytest.raises(ValueError, match=r"pairs.tsv, line 2: 3 column\(s\)"):
+    with pytest.raises(PipelineError, match=r"pairs.tsv, line 2: 3 column\(s\)"):
         read_tsv(path, 0, 3, skip_header=True)
 
 
@@ -138,10 +136,10 @@ def test_read_parallel(tmp_path: Path):
     target.write_text("Hello\nYes\n")
     assert read_parallel(source, target) == [("Hallo", "Hello"), ("Ja", "Yes")]
     target.write_text("Hello\nYes\nNo\n")
-    with pytest.raises(ValueError, match=r"a\.de has 2 lines.*a\.en has 3"):
+    with pytest.raises(PipelineError, match=r"a\.de has 2 lines.*a\.en has 3"):
         read_parallel(source, target)
     source.write_bytes(b"ok\n\xff bad\n")
-    with pytest.raises(ValueError, match=r"a\.de, line 2: not valid UTF-8"):
+    with pytest.raises(PipelineError, match=r"a\.de, line 2: not valid UTF-8"):
         read_parallel(source, target)
 
 

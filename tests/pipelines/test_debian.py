@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.data import MissingDataError, Splits, debian
-from pipelines.data.debian import (
+from pipelines.core.errors import MissingDataError
+from pipelines.data import Splits
+from pipelines.summarization import debian
+from pipelines.summarization.debian import (
     DebianDescription,
     group_descriptions,
     load_debian_descriptions,

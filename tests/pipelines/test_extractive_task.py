@@ -14,13 +14,14 @@ import pytest
 import tensorflow as tf
 
 from pipelines.core.config import apply_overrides
-from pipelines.core.run_dir import PipelineError
-from pipelines.data.countries import SpanExample
+from pipelines.core.errors import PipelineError
 from pipelines.extractive import data as span_data
+from pipelines.extractive.client import split_input
 from pipelines.extractive.config import preset
+from pipelines.extractive.countries import SpanExample
 from pipelines.extractive.data import Preprocessors, token_span
 from pipelines.extractive.serving import SpanAnswerer
-from pipelines.extractive.task import TASK, split_input
+from pipelines.extractive.task import TASK
 from pipelines.extractive.tokenizer import SpanTokenizer
 
 pytestmark = pytest.mark.tf_only  # a TensorFlow pipeline: its tests run once

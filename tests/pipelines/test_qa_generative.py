@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipelines.core.config import ConfigError, apply_overrides
+from pipelines.core.config import apply_overrides
+from pipelines.core.errors import ConfigError
 from pipelines.core.text import END, PAD, RESERVED, START
-from pipelines.data.babi import format_story
 from pipelines.qa import data as qa_data
+from pipelines.qa.babi import format_story
 from pipelines.qa.config import preset
 from pipelines.qa.serving import sentence_of_words
 from pipelines.qa.task import TASK

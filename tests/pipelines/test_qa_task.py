@@ -13,12 +13,13 @@ import pytest
 import tensorflow as tf
 
 from pipelines.core.config import apply_overrides
-from pipelines.core.run_dir import PipelineError
-from pipelines.data.babi import QAExample, format_story
+from pipelines.core.errors import PipelineError
 from pipelines.qa import data as qa_data
+from pipelines.qa.babi import QAExample, format_story
+from pipelines.qa.client import split_input
 from pipelines.qa.config import PRESETS, preset
 from pipelines.qa.evaluate import attention_hits, evaluate
-from pipelines.qa.task import TASK, split_input
+from pipelines.qa.task import TASK
 
 pytestmark = pytest.mark.tf_only  # a TensorFlow pipeline: its tests run once
 
@@ -253,7 +254,7 @@ def test_evaluate_scores_per_task_and_writes_its_files(setup, tmp_path, capsys):
 
 def test_qa_evaluate_arguments():
     parser = argparse.ArgumentParser()
-    TASK.add_evaluate_arguments(parser)
+    TASK.client.add_evaluate_arguments(parser)
     assert parser.parse_args([]).heatmaps == 3
 
 

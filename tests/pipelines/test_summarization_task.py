@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 
 from pipelines.core.config import apply_overrides
-from pipelines.core.run_dir import PipelineError
+from pipelines.core.errors import PipelineError
 from pipelines.core.text import END, START, UNK, WordTokenizer
-from pipelines.data.blurbs import generate_blurbs
 from pipelines.data.user_files import read_jsonl
 from pipelines.summarization import data as summarization_data
+from pipelines.summarization.blurbs import generate_blurbs
 from pipelines.summarization.config import preset
 from pipelines.summarization.evaluate import oov_shares
 from pipelines.summarization.model import PointerSeq2Seq
@@ -42,10 +42,12 @@ def test_jsonl_pairs_and_errors_that_name_the_line(tmp_path):
     path = tmp_path / "pairs.jsonl"
     rows = [{"document": " a long text ", "summary": "short"}, {"document": "b"}]
     path.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n")
-    with pytest.raises(ValueError, match=r"pairs.jsonl, line 3: expected a string "):
+    with pytest.raises(
+        PipelineError, match=r'pairs.jsonl, line 3: field "summary": expected a string'
+    ):
         read_jsonl(path)
     path.write_text(json.dumps(rows[0]) + "\n[1]\n")
-    with pytest.raises(ValueError, match="line 2: expected an object"):
+    with pytest.raises(PipelineError, match="line 2: expected a JSON object"):
         read_jsonl(path)
     path.write_text(json.dumps(rows[0]) + "\n")
     assert read_jsonl(path) == [("a long text", "short")]
@@ -154,7 +156,7 @@ def test_aclsum_is_read_from_the_installed_wheel_or_named(tmp_path, monkeypatch)
     import importlib.util
     from types import SimpleNamespace
 
-    from pipelines.data import MissingDataError
+    from pipelines.core.errors import MissingDataError
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(MissingDataError, match="pip install aclsum"):
@@ -178,7 +180,7 @@ def test_aclsum_is_read_from_the_installed_wheel_or_named(tmp_path, monkeypatch)
 
 
 def test_the_transformer_takes_no_coverage():
-    from pipelines.core.config import ConfigError
+    from pipelines.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="variant` coverage is the RNN's"):
         apply_overrides(preset("tiny"), ["model.architecture=transformer"]).validate()

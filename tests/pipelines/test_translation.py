@@ -107,7 +107,7 @@ def test_translate_is_an_alias_of_predict(case, tmp_path, capfd):
 def test_an_xla_export_serves_what_the_plain_one_does(case, tmp_path, capfd):
     """``export.jit_compile=true``: decoding compiled by XLA on padded shapes
     answers every request as the plain export does, through the C loader."""
-    from pipelines.core import cloader
+    from pipelines import cloader
 
     base = tmp_path / "serving"
     code = _main("translation", "export", "--run-dir", case.run_dir, "--base", base,
@@ -334,7 +334,7 @@ def test_every_decoder_loop_trains_with_xla(name):
 def test_subword_model_exports_only_serving_ops(tmp_path):
     """A subword (WordPiece) model: its tf-text ops are in TF Serving 2.20's list,
     and TF's C++ loader serves it with tensorflow-text's op libraries loaded."""
-    from pipelines.core import cloader
+    from pipelines import cloader
 
     run = tmp_path / "bible"
     cli(

@@ -11,7 +11,7 @@ too)::
     3 Where is Mary? \tbathroom\t1
 
 Reading gives `QAExample`\\ s whose ``story`` is the statements before the
-question (not the earlier questions), as `pipelines.data.babi` makes them;
+question (not the earlier questions), as `pipelines.qa.babi` makes them;
 writing groups consecutive examples whose stories extend one another into
 one story. So our generated tasks can be given to any bAbI code (MemN2N's
 reference implementations take a folder of such files), and the original
@@ -20,7 +20,7 @@ files, where a user has them, to our pipeline (``data.source=babi-text:DIR``).
 Example:
 
 >>> import tempfile
->>> from pipelines.data.babi import generate_task
+>>> from pipelines.qa.babi import generate_task
 >>> examples = generate_task(1, 2, seed=0)
 >>> print(to_babi_text(examples).replace("\\t", " | "), end="")
 1 Sandra journeyed to the kitchen.
@@ -45,8 +45,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines.core.run_dir import PipelineError
-from pipelines.data.babi import QAExample, load_babi, parse_babi_spec
+from pipelines.core.errors import PipelineError
+from pipelines.qa.babi import QAExample, load_babi, parse_babi_spec
 
 TASK_NAMES: dict[int, str] = {
     1: "single supporting fact",
@@ -212,7 +212,7 @@ def load_babi_files(
     out for validation, as MemN2N's reference code does.
 
     Returns:
-        ``(train, valid, test, notes)`` as `pipelines.data.babi.load_babi`.
+        ``(train, valid, test, notes)`` as `pipelines.qa.babi.load_babi`.
 
     Raises:
         PipelineError: no such folder, no task with both files, or a file that
@@ -282,7 +282,7 @@ def write_babi_files(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipelines.data.babi_text babi:1-3@1k FOLDER``: write
+    """``python -m pipelines.qa.babi_text babi:1-3@1k FOLDER``: write
     generated tasks as bAbI files."""
     parser = argparse.ArgumentParser(
         description="Write generated bAbI-style tasks in bAbI's text format."

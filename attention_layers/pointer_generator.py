@@ -31,7 +31,7 @@ from attention_layers.base import (
     linear,
     static_shape,
 )
-from attention_layers.decoding.common import NEG_INF
+from attention_layers.masking import NEG_INF
 
 # The least copy mass a word present in the source gets: its attention can
 # underflow to 0 (a softmax over scores that differ by more than ~100), and
@@ -181,6 +181,41 @@ def copy_step_inputs(ids, vocab_size, unk_id):
     """
     ids = ops.cast(ids, "int32")
     return ops.where(ids >= int(vocab_size), ops.cast(unk_id, "int32"), ids)
+
+
+def _renormalised(attention, mask):
+    """float32 attention over the unmasked positions, renormalised, and
+    whether each row has mass left ``[B, T]`` (rows without have no copy
+    term)."""
+    attention = ops.cast(attention, "float32")
+    attention = ops.where(ops.expand_dims(mask, 1), attention, 0.0)
+    total = ops.sum(attention, axis=-1)  # [B, T]
+    can_copy = total > 0.0
+    attention = attention / ops.expand_dims(ops.where(can_copy, total, 1.0), -1)
+    return attention, can_copy
+
+
+def _log_copy(attention, ids, mask, extended):
+    """Log copy mass per extended id, ``[B, T, V + S]``: every token's
+    attention added at its id, floored at ``COPY_FLOOR`` for ids present in
+    the source, ``NEG_INF`` for the others; and which ids are present,
+    ``[B, 1, V + S]``."""
+    batch_size, steps = ops.shape(attention)[0], ops.shape(attention)[1]
+    rows = ops.broadcast_to(
+        ops.expand_dims(ops.arange(batch_size, dtype="int32"), 1),
+        ops.shape(ids),
+    )
+    index = ops.stack([rows, ids], axis=-1)  # [B, S, 2]
+    copy = ops.scatter(
+        index,
+        ops.transpose(attention, (0, 2, 1)),  # [B, S, T]
+        (batch_size, extended, steps),
+    )
+    copy = ops.transpose(copy, (0, 2, 1))  # [B, T, V + S]
+    present = ops.scatter(index, ops.cast(mask, "float32"), (batch_size, extended))
+    present = ops.expand_dims(present > 0.0, 1)  # [B, 1, V + S]
+    log_copy = ops.where(present, ops.log(ops.maximum(copy, COPY_FLOOR)), NEG_INF)
+    return log_copy, present
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -440,6 +475,34 @@ class PointerGenerator(keras.layers.Layer):
         source_mask=None,
         return_p_gen=False,
     ):
+        self._check_call(logits, attention, source_ids, gate_inputs, source_mask)
+        single_step = len(logits.shape) == 2
+        if single_step:
+            logits = ops.expand_dims(logits, 1)
+            attention = ops.expand_dims(attention, 1)
+            gate_inputs = ops.expand_dims(gate_inputs, 1)
+        mask = _as_mask(source_mask, source_ids)
+        ids = self._source_ids(source_ids, source_mask, mask)
+        attention, can_copy = _renormalised(attention, mask)
+        gate = self._gate_logit(gate_inputs)
+        log_copy, present = _log_copy(
+            attention, ids, mask, self._extended_size(source_ids)
+        )
+        log_probs = self._mix(logits, log_copy, present, gate, can_copy)
+        p_gen = ops.where(can_copy, ops.sigmoid(gate), 1.0)
+        if single_step:
+            log_probs, p_gen = ops.squeeze(log_probs, 1), ops.squeeze(p_gen, 1)
+        if return_p_gen:
+            return log_probs, p_gen
+        return log_probs
+
+    def _extended_size(self, source_ids):
+        """``V + S``, the size of the extended vocabulary (an int when ``S``
+        is static)."""
+        return self.vocab_size + ops.shape(source_ids)[1]
+
+    def _check_call(self, logits, attention, source_ids, gate_inputs, source_mask):
+        """Refuse inputs whose ranks, shapes or dtypes do not fit."""
         self._check_shapes(
             logits.shape, attention.shape, source_ids.shape, gate_inputs.shape
         )
@@ -455,73 +518,43 @@ class PointerGenerator(keras.layers.Layer):
                 f"last dimension {built_features} (as when the layer was built)",
                 f"shape {static_shape(gate_inputs.shape)}",
             )
-        single_step = len(logits.shape) == 2
-        if single_step:
-            logits = ops.expand_dims(logits, 1)
-            attention = ops.expand_dims(attention, 1)
-            gate_inputs = ops.expand_dims(gate_inputs, 1)
-        v = self.vocab_size
-        s = ops.shape(source_ids)[1]
-        extended = v + s
 
-        # The ids: masked positions point at entry 0 with no weight.
-        mask = _as_mask(source_mask, source_ids)
+    def _source_ids(self, source_ids, source_mask, mask):
+        """int32 extended ids in range: masked positions point at entry 0
+        (with no weight), out-of-range ones raise when known, else clip."""
+        extended = self._extended_size(source_ids)
         source_ids = ops.cast(source_ids, "int32")
         if isinstance(extended, int):
             self._check_ids(source_ids, source_mask, extended)
-        ids = ops.clip(ops.where(mask, source_ids, 0), 0, extended - 1)
+        return ops.clip(ops.where(mask, source_ids, 0), 0, extended - 1)
 
-        # The attention over unmasked positions, renormalised; rows with no
-        # mass left have no copy term.
-        attention = ops.cast(attention, "float32")
-        attention = ops.where(ops.expand_dims(mask, 1), attention, 0.0)
-        total = ops.sum(attention, axis=-1)  # [B, T]
-        can_copy = total > 0.0
-        attention = attention / ops.expand_dims(ops.where(can_copy, total, 1.0), -1)
-
-        # The gate in float32: a float16 product could overflow to inf.
+    def _gate_logit(self, gate_inputs):
+        """``[B, T]`` float32 logit of ``p_gen``: a float16 product could
+        overflow to inf."""
         x = ops.cast(gate_inputs, "float32")
         kernel = ops.cast(self.gate.kernel, "float32")
         gate = linear(x, kernel[:, 0])
-        gate = gate + ops.cast(self.gate.bias, "float32")[0]
+        return gate + ops.cast(self.gate.bias, "float32")[0]
+
+    def _mix(self, logits, log_copy, present, gate, can_copy):
+        """``log(p_gen P_vocab + (1 - p_gen) P_copy)`` over the extended ids,
+        ``NEG_INF`` on ids with no mass (past ``V`` and absent from the
+        source)."""
         log_p_gen = ops.where(can_copy, ops.log_sigmoid(gate), 0.0)
         log_p_copy = ops.where(can_copy, ops.log_sigmoid(-gate), NEG_INF)
-
-        # Copy mass per extended id: every token's attention added at its id.
-        batch_size, steps = ops.shape(attention)[0], ops.shape(attention)[1]
-        rows = ops.broadcast_to(
-            ops.expand_dims(ops.arange(batch_size, dtype="int32"), 1),
-            ops.shape(ids),
-        )
-        index = ops.stack([rows, ids], axis=-1)  # [B, S, 2]
-        copy = ops.scatter(
-            index,
-            ops.transpose(attention, (0, 2, 1)),  # [B, S, T]
-            (batch_size, extended, steps),
-        )
-        copy = ops.transpose(copy, (0, 2, 1))  # [B, T, V + S]
-        present = ops.scatter(index, ops.cast(mask, "float32"), (batch_size, extended))
-        present = ops.expand_dims(present > 0.0, 1)  # [B, 1, V + S]
-        log_copy = ops.where(present, ops.log(ops.maximum(copy, COPY_FLOOR)), NEG_INF)
-
         log_vocab = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        log_vocab = ops.concatenate(
-            [log_vocab, ops.full((batch_size, steps, s), NEG_INF, "float32")], -1
-        )
+        shape = ops.shape(log_copy)
+        source = shape[2] - self.vocab_size
+        padding = ops.full((shape[0], shape[1], source), NEG_INF, "float32")
+        log_vocab = ops.concatenate([log_vocab, padding], -1)
         log_probs = ops.logaddexp(
             ops.expand_dims(log_p_gen, -1) + log_vocab,
             ops.expand_dims(log_p_copy, -1) + log_copy,
         )
-        in_vocab = ops.expand_dims(ops.arange(extended) < v, 0)
-        log_probs = ops.where(
+        in_vocab = ops.expand_dims(ops.arange(shape[2]) < self.vocab_size, 0)
+        return ops.where(
             ops.logical_or(present, ops.expand_dims(in_vocab, 0)), log_probs, NEG_INF
         )
-        p_gen = ops.where(can_copy, ops.sigmoid(gate), 1.0)
-        if single_step:
-            log_probs, p_gen = ops.squeeze(log_probs, 1), ops.squeeze(p_gen, 1)
-        if return_p_gen:
-            return log_probs, p_gen
-        return log_probs
 
     def get_config(self):
         return {

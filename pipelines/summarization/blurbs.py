@@ -1,6 +1,6 @@
 """Generated package blurbs and their one-line synopsis: summarization offline.
 
-A stand-in for the Debian descriptions (`pipelines.data.debian`) that needs
+A stand-in for the Debian descriptions (`pipelines.summarization.debian`) that needs
 no apt lists: each example describes a made-up package in three to five
 sentences, in shuffled order, and its synopsis names the package, its
 language, kind and purpose. The package names are invented words, seen once

@@ -1,4 +1,4 @@
-"""Serve requests through TensorFlow's C++ SavedModel loader, with no Python inside.
+"""The serving smoke tool: TensorFlow's C++ SavedModel loader, no Python inside.
 
 TF Serving loads an export with TensorFlow's C++ loader and the TF1 session
 API, feeding the signature's tensors by name. No model server can be
@@ -9,7 +9,7 @@ runs it and reads the responses.
 
 Example (needs gcc; any export of ``attention-pipelines TASK export``)::
 
-    from pipelines.core.cloader import serve
+    from pipelines.cloader import serve
     [response] = serve("serving/m/1", [{"text": np.array([b"some input"])}])
     response.outputs        # by signature key, or response.code / .message
 """
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.core.run_dir import PipelineError, cache_dir
+from pipelines.core.errors import PipelineError
+from pipelines.core.run_dir import cache_dir
 
 SOURCE = Path(__file__).with_name("savedmodel_run.c")
 # TF_DataType codes (tensorflow/c/tf_datatype.h) of the dtypes signatures use.
@@ -292,7 +293,7 @@ def bench(
     return {words[i]: float(words[i + 1]) for i in range(0, len(words), 2)}
 
 
-if __name__ == "__main__":  # python -m pipelines.core.cloader EXPORT INPUT=TEXT...
+if __name__ == "__main__":  # python -m pipelines.cloader EXPORT INPUT=TEXT...
     export, *items = sys.argv[1:]
     feed = {}
     for item in items:

@@ -1,6 +1,7 @@
 """Read the Debian descriptions into the cache and print their numbers.
 
-``python -m pipelines.data.debian_cache [--lists DIR] [--cache FILE] [--refresh]``
+``python -m pipelines.summarization.debian_cache [--lists DIR] [--cache FILE]
+[--refresh]``
 """
 
 from __future__ import annotations
@@ -8,13 +9,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from .debian import APT_LISTS, describe, read_debian_descriptions, split_descriptions
-from .errors import MissingDataError
+from pipelines.core.errors import MissingDataError
+from pipelines.summarization.debian import (
+    APT_LISTS,
+    describe,
+    read_debian_descriptions,
+    split_descriptions,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.data.debian_cache",
+        prog="python -m pipelines.summarization.debian_cache",
         description="Read the Debian descriptions (into the cache) and describe them.",
     )
     parser.add_argument("--lists", default=str(APT_LISTS), help="apt lists folder")

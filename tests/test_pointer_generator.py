@@ -36,7 +36,7 @@ from keras import ops
 
 import attention_layers as al
 from attention_layers.decoding import beam_search, greedy_search, tile_beams
-from attention_layers.decoding.common import NEG_INF
+from attention_layers.masking import NEG_INF
 from tests import contract
 
 B, T, V, S, F = 3, 4, 7, 5, 6

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .bible import load_bible
-from .dates import generate_dates
-from .ding import load_ding
-from .user_files import read_parallel, read_tsv
+from pipelines.data.user_files import read_parallel, read_tsv
+from pipelines.translation.bible import load_bible
+from pipelines.translation.dates import generate_dates
+from pipelines.translation.ding import load_ding
 
 DEFAULT_DATES = 20000
 DATES_SEED = 0

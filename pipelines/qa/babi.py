@@ -68,14 +68,14 @@ Daniel travelled to the bathroom.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core.run_dir import PipelineError
+from pipelines.core.errors import PipelineError
+from pipelines.data.user_files import field_error, jsonl_objects, shown
 
 TASKS: dict[int, str] = {
     1: "single supporting fact",
@@ -592,25 +592,6 @@ def parse_babi_spec(spec: str) -> tuple[list[int], int]:
 # --- the user's own data --------------------------------------------------------
 
 
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _shown(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return f"{_json_type(value)} {text if len(text) <= 60 else text[:57] + '...'}"
-
-
 def read_qa_jsonl(path: str | Path) -> list[QAExample]:
     """Questions from the user's JSON Lines file, one object a line.
 
@@ -625,53 +606,15 @@ def read_qa_jsonl(path: str | Path) -> list[QAExample]:
             such an object; the message names the file, the line (from 1),
             the field, what was expected and what was received.
     """
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise PipelineError(
-            f"{path}: no such file (expected a JSON Lines file of questions)"
-        ) from None
-    except OSError as error:
-        raise PipelineError(f"{path}: cannot be read ({error.strerror})") from None
-    examples = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            line = raw.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError as error:
-            raise PipelineError(
-                f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte "
-                f"{error.start})"
-            ) from None
-        if number == 1:
-            line = line.lstrip("\ufeff")
-        if line.strip():
-            examples.append(_qa_row(path, number, line))
-    return examples
+    expected = 'a JSON object with "context", "question" and "answer"'
+    return [_qa_row(where, row) for where, row in jsonl_objects(path, expected)]
 
 
-def _qa_row(path: Path, number: int, line: str) -> QAExample:
-    """The example of one non-blank line of `read_qa_jsonl`'s file."""
-    where = f"{path}, line {number}"
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise PipelineError(
-            f"{where}: expected a JSON object, received text that is not JSON "
-            f"({error.msg} at column {error.colno})"
-        ) from None
-    if not isinstance(row, dict):
-        raise PipelineError(
-            f'{where}: expected a JSON object with "context", "question" and '
-            f'"answer", received {_shown(row)}'
-        )
+def _qa_row(where: str, row: dict) -> QAExample:
+    """The example of one object of `read_qa_jsonl`'s file."""
 
     def bad(field: str, expected: str, received: str | None = None) -> PipelineError:
-        if received is None:
-            received = _shown(row[field]) if field in row else "nothing (no such field)"
-        return PipelineError(
-            f'{where}: field "{field}": expected {expected}, received {received}'
-        )
+        return field_error(where, row, field, expected, received)
 
     context = row.get("context")
     if isinstance(context, str):
@@ -681,7 +624,7 @@ def _qa_row(path: Path, number: int, line: str) -> QAExample:
         for i, sentence in enumerate(context):
             if not isinstance(sentence, str) or not sentence.strip():
                 raise bad(
-                    f"context[{i}]", "a non-blank sentence string", _shown(sentence)
+                    f"context[{i}]", "a non-blank sentence string", shown(sentence)
                 )
             sentences.append(sentence.strip())
     else:
@@ -710,7 +653,7 @@ def _qa_row(path: Path, number: int, line: str) -> QAExample:
                 f"supporting[{i}]",
                 f"a sentence index from 0 to {len(sentences) - 1} (the context "
                 f"has {len(sentences)} sentence(s))",
-                _shown(index),
+                shown(index),
             )
     return QAExample(
         tuple(sentences), texts[0], texts[1], tuple(sorted(set(supporting))), 0

@@ -4,7 +4,7 @@ Needs the Debian packages ``sword-text-web`` (World English Bible),
 ``sword-text-sparv`` (Reina-Valera 1909) and ``diatheke``::
 
     apt-get install -y sword-text-web sword-text-sparv diatheke
-    python -m pipelines.data.extract_bible
+    python -m pipelines.translation.extract_bible
 
 For every book of the 66-book canon, ``diatheke -b MODULE -o f -f plain -k BOOK``
 prints ``Book c:v: text`` lines; verse text may continue on the following lines.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from .splits import Pair, Splits
+from pipelines.data.splits import Pair, Splits
 
 
 def _length_stats(texts: Sequence[str]) -> str:

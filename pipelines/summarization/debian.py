@@ -56,10 +56,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, NamedTuple
 
+from pipelines.core.errors import MissingDataError
 from pipelines.core.run_dir import cache_dir, write_bytes
-
-from .errors import MissingDataError
-from .splits import Splits, split_pairs
+from pipelines.data.splits import Splits, split_pairs
 
 APT_LISTS = Path("/var/lib/apt/lists")
 FETCH_COMMAND = "sudo apt-get update -o Acquire::Languages=en"

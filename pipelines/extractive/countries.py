@@ -88,9 +88,8 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core.run_dir import PipelineError
-
-from .errors import MissingDataError
+from pipelines.core.errors import MissingDataError, PipelineError
+from pipelines.data.user_files import field_error, jsonl_objects, shown
 
 FIELDS = (
     "capital",
@@ -705,25 +704,6 @@ def _examples(country: _Country, split: str, rng: random.Random) -> list[SpanExa
 # --- the user's own data --------------------------------------------------------
 
 
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _shown(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return f"{_json_type(value)} {text if len(text) <= 60 else text[:57] + '...'}"
-
-
 def read_span_jsonl(path: str | Path) -> list[SpanExample]:
     """Span questions from the user's JSON Lines file, one object a line.
 
@@ -740,53 +720,15 @@ def read_span_jsonl(path: str | Path) -> list[SpanExample]:
             such an object; the message names the file, the line (from 1),
             the field, what was expected and what was received.
     """
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise PipelineError(
-            f"{path}: no such file (expected a JSON Lines file of span questions)"
-        ) from None
-    except OSError as error:
-        raise PipelineError(f"{path}: cannot be read ({error.strerror})") from None
-    examples = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            line = raw.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError as error:
-            raise PipelineError(
-                f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte "
-                f"{error.start})"
-            ) from None
-        if number == 1:
-            line = line.lstrip("\ufeff")
-        if line.strip():
-            examples.append(_span_row(path, number, line))
-    return examples
+    expected = 'a JSON object with "context", "question" and "answer"'
+    return [_span_row(where, row) for where, row in jsonl_objects(path, expected)]
 
 
-def _span_row(path: Path, number: int, line: str) -> SpanExample:
-    """The example of one non-blank line of `read_span_jsonl`'s file."""
-    where = f"{path}, line {number}"
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise PipelineError(
-            f"{where}: expected a JSON object, received text that is not JSON "
-            f"({error.msg} at column {error.colno})"
-        ) from None
-    if not isinstance(row, dict):
-        raise PipelineError(
-            f'{where}: expected a JSON object with "context", "question" and '
-            f'"answer", received {_shown(row)}'
-        )
+def _span_row(where: str, row: dict) -> SpanExample:
+    """The example of one object of `read_span_jsonl`'s file."""
 
     def bad(field: str, expected: str, received: str | None = None) -> PipelineError:
-        if received is None:
-            received = _shown(row[field]) if field in row else "nothing (no such field)"
-        return PipelineError(
-            f'{where}: field "{field}": expected {expected}, received {received}'
-        )
+        return field_error(where, row, field, expected, received)
 
     for field in ("context", "question"):
         if not isinstance(row.get(field), str) or not row[field].strip():
@@ -802,10 +744,10 @@ def _span_row(path: Path, number: int, line: str) -> SpanExample:
     answers = []
     for field, text in given:
         if not isinstance(text, str) or not text.strip():
-            raise bad(field, "a non-blank string", _shown(text))
+            raise bad(field, "a non-blank string", shown(text))
         if text.strip() not in context:
             raise bad(
-                field, "a span of the context (its text found there)", _shown(text)
+                field, "a span of the context (its text found there)", shown(text)
             )
         answers.append(text.strip())
     first = answers[0]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import MissingDataError
+from pipelines.core.errors import MissingDataError
 
 DING_PATH = "/usr/share/trans/de-en"
 MIN_WORDS = 4

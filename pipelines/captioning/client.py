@@ -1,0 +1,74 @@
+"""The captioning task's command-line side: its options, and how ``predict``
+prints the export's answers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from pipelines.core.client import (
+    Client,
+    add_beam_widths,
+    add_search_arguments,
+    search_feed,
+)
+from pipelines.core.errors import PipelineError
+
+
+class CaptioningClient(Client):
+    predict_aliases = ("caption",)
+
+    def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_beam_widths(parser)
+        parser.add_argument("--plots", type=int, default=3, help="attention plots")
+
+    def evaluation_summary(self, metrics: dict) -> str:
+        best = max(metrics["decoding"].values(), key=lambda s: s["exact_match"])
+        where = (
+            f", attention on the right digit {best['localisation']:.2%}"
+            if "localisation" in best else ""
+        )  # fmt: skip
+        return (
+            f"BLEU-4 {best['bleu']:.2f}, exact match {best['exact_match']:.2%}"
+            f"{where} on the {metrics['split']} split"
+        )
+
+    def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_search_arguments(parser)
+        parser.add_argument("--plot", help="write the first image's attention here")
+
+    def predict(self, export_dir, inputs, args) -> None:
+        from pipelines.core.serving import call_export
+
+        images = []
+        for path in inputs:
+            try:
+                images.append(Path(path).read_bytes())
+            except OSError as error:
+                raise PipelineError(f"predict: cannot read {path}: {error}") from None
+        feed = {"image": np.array(images, dtype=object)}
+        feed.update(search_feed(args))
+        out = call_export(export_dir, feed)
+        for path, caption, score in zip(
+            inputs, out["caption"], out["score"], strict=True
+        ):
+            print(f"{path}\n  -> {caption.decode('utf-8')}   (score {score:.3f})")
+        if getattr(args, "plot", None):
+            import tensorflow as tf
+
+            from pipelines.core.plots import image_attention
+
+            pixels = tf.io.decode_image(images[0], expand_animations=False).numpy()
+            path = image_attention(
+                pixels / 255.0, out["words"][0], out["attention"][0], args.plot,
+                title=f"{Path(inputs[0]).name} -> {out['caption'][0].decode('utf-8')}",
+            )  # fmt: skip
+            print(f"Attention over the image: {path}")
+
+    def demo_arguments(self, run_dir) -> list[str]:
+        return ["--plot", str(Path(run_dir) / "attention.png")]
+
+    def demo_notes(self, run_dir) -> list[str]:
+        return [f"attention plot {Path(run_dir) / 'attention.png'}"]

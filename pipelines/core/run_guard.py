@@ -1,0 +1,112 @@
+"""The run folder's guard: which run a folder holds, and whether it may go on.
+
+A folder holds one task's run, trained with one configuration (its
+fingerprint, `pipelines.core.config.fingerprint`). `check_run` refuses a
+folder of another task or another configuration (``--overwrite`` clears it
+and starts afresh), and `finished` tells a finished run from one to resume.
+"""
+
+from __future__ import annotations
+
+from pipelines.core import config as config_lib
+from pipelines.core.errors import ConfigError, PipelineError
+from pipelines.core.run_dir import RunDir
+from pipelines.core.task import Task
+
+
+def run_config(task: Task, run: RunDir) -> config_lib.RunConfig:
+    """The configuration a run folder was trained with (its ``config.yaml``)."""
+    return config_lib.load(str(run.config_path), task.presets(), task.default_preset)
+
+
+def check_run(
+    task: Task, config: config_lib.RunConfig, run: RunDir, overwrite: bool = False
+) -> dict | None:
+    """The run folder's guard; returns the previous ``run.json`` (None if new).
+
+    A folder holding another task's run is refused, even with ``overwrite``;
+    ``overwrite`` clears the folder's training files (not its exports) and
+    starts afresh; otherwise a run with another fingerprint is refused.
+    """
+    holder = run.task_name()
+    if holder not in (None, task.name):
+        raise PipelineError(
+            f"{run.root} holds a {holder} run, not a {task.name} one; use "
+            f"`attention-pipelines {holder} ...` or another --run-dir."
+        )
+    if overwrite:
+        removed = run.clear(task.run_files)
+        if removed:
+            print(f"--overwrite: removed {', '.join(removed)} in {run.root}")
+        return None
+    state = run.state()
+    if state is None and run.config_path.exists():
+        state = _legacy_state(task, run)
+    if state is not None and _trained_fingerprint(task, run, state) != (
+        config_lib.fingerprint(config)
+    ):
+        detail = ""
+        try:
+            detail = f" ({config_lib.differences(run_config(task, run), config)})"
+        except (ConfigError, FileNotFoundError):
+            pass
+        raise PipelineError(
+            f"{run.root} holds a run trained with another configuration{detail}; "
+            "use another --run-dir, or --overwrite to start afresh there."
+        )
+    return state
+
+
+def _trained_fingerprint(task: Task, run: RunDir, state: dict) -> str | None:
+    """The fingerprint of the run's config.yaml under today's defaults (so a
+    field added to the code since does not make old runs look different), or
+    the one run.json recorded when config.yaml cannot be read."""
+    try:
+        return config_lib.fingerprint(run_config(task, run))
+    except (ConfigError, FileNotFoundError):
+        return state.get("fingerprint")
+
+
+def _legacy_state(task: Task, run: RunDir) -> dict:
+    """``run.json`` for a folder written before it existed (by config.yaml)."""
+    if (run.backup / "latest.weights.h5").exists():
+        raise PipelineError(
+            f"{run.root} holds an interrupted run of an older version (Keras "
+            "BackupAndRestore files in backup/), which cannot be resumed; rerun with "
+            "--overwrite to start afresh, or use another --run-dir."
+        )
+    state = {"task": task.name, "status": "unknown"}
+    try:
+        state["fingerprint"] = config_lib.fingerprint(run_config(task, run))
+    except ConfigError:
+        pass
+    if run.weights.exists():
+        epochs = 0
+        if run.history.exists():
+            epochs = max(0, len(run.history.read_text().splitlines()) - 1)
+        state.update(status="finished", epochs=epochs)
+    return state
+
+
+def finished(state: dict | None, config: config_lib.RunConfig) -> bool:
+    """Whether the run of ``state`` (``run.json``) has nothing left to train."""
+    if not state or state.get("status") != "finished":
+        return False
+    # next_epoch: the epochs trained and those an early stop skipped.
+    done = state.get("next_epoch", state.get("epochs", 0))
+    return done >= config.train.epochs or bool(state.get("stopped_early"))
+
+
+def nothing_to_do(run: RunDir, state: dict) -> str:
+    """What ``train`` says of a finished run."""
+    if state.get("stopped_early"):
+        return (
+            f"{run.root} is already trained: it stopped early after "
+            f"{state.get('epochs')} epochs (no better validation loss in "
+            "train.early_stopping_patience epochs); nothing to do. --overwrite "
+            "retrains from scratch."
+        )
+    return (
+        f"{run.root} is already trained ({state.get('epochs')} epochs); nothing to "
+        "do. Raise train.epochs to train on, or --overwrite to retrain."
+    )

@@ -1,0 +1,108 @@
+"""The extractive task's command-line side: its options, and how ``predict``
+prints the export's answers."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+
+from pipelines.core.client import Client
+from pipelines.core.errors import PipelineError
+
+
+class ExtractiveClient(Client):
+    predict_aliases = ("answer",)
+
+    def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--heatmaps", type=int, default=3, help="span plots")
+
+    def evaluation_summary(self, metrics: dict) -> str:
+        held = metrics.get("by_phrasing", {}).get("held_out")
+        extra = f"; held-out phrasings F1 {held['f1']:.1f}" if held else ""
+        return (
+            f"exact match {metrics['exact_match']:.1f}, F1 {metrics['f1']:.1f} on "
+            f"the {metrics['split']} split{extra}"
+        )
+
+    def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--plot", help="write the first answer's span plot here")
+
+    def predict(self, export_dir, inputs, args) -> None:
+        import tensorflow_text  # noqa: F401  registers RegexSplitWithOffsets
+
+        from pipelines.core.serving import call_export
+
+        pairs = [split_input(text) for text in inputs]
+        out = call_export(
+            export_dir,
+            {
+                "context": np.array([c for c, _ in pairs], dtype=object),
+                "question": np.array([q for _, q in pairs], dtype=object),
+            },
+        )
+        for text, answer, start, end, score in zip(
+            inputs, out["answer"], out["start"], out["end"], out["score"], strict=True
+        ):
+            answer = answer.decode("utf-8")
+            print(f"{text}\n  -> {answer!r}   (characters {start}-{end} of the "
+                  f"passage, probability {score:.3f})")  # fmt: skip
+        if getattr(args, "plot", None):
+            self._plot(export_dir, pairs[0], out, args.plot)
+
+    def demo_arguments(self, run_dir) -> list[str]:
+        return ["--plot", str(Path(run_dir) / "span.png")]
+
+    def demo_notes(self, run_dir) -> list[str]:
+        return [f"span plot {Path(run_dir) / 'span.png'}"]
+
+    @staticmethod
+    def _plot(export_dir, pair, out, path) -> None:
+        """The first answer, boxed in its passage (the export gives no token
+        probabilities: the shade marks the answer's tokens)."""
+        from pipelines.extractive.countries import SpanExample
+        from pipelines.extractive.data import token_span
+        from pipelines.extractive.evaluate import span_heatmap
+        from pipelines.extractive.tokenizer import SpanTokenizer
+
+        context, question = pair
+        answer = out["answer"][0].decode("utf-8")
+        tokens, begins, ends = (t[0].numpy() for t in SpanTokenizer.split([context]))
+        span = (-1, -1)
+        if answer:
+            example = SpanExample(context, question, (answer,), int(out["start"][0]))
+            span = token_span(example, begins, ends)
+        inside = np.zeros(len(tokens))
+        if span[0] >= 0:
+            inside[span[0] : span[1] + 1] = float(out["score"][0])
+        span_heatmap(
+            tokens, inside, np.zeros_like(inside), path, gold=None,
+            title=f"{question} -> {answer!r}",
+        )  # fmt: skip
+        print(f"The answer in its passage: {path}")
+
+
+def split_input(text: str) -> tuple[str, str]:
+    r"""A ``predict`` input, the passage then the question, as
+    ``(context, question)``: the question is the last line, or without a
+    line break the last sentence; it ends in "?".
+
+    >>> split_input("Lima is the capital of Peru. What is the capital of Peru?")
+    ('Lima is the capital of Peru.', 'What is the capital of Peru?')
+    >>> split_input("It borders St. Lucia.\nWhat does it border?")
+    ('It borders St. Lucia.', 'What does it border?')
+    """
+    text = text.strip()
+    if "\n" in text:
+        context, question = (part.strip() for part in text.rsplit("\n", 1))
+    else:
+        question = re.split(r"(?<=[.!?])\s+", text)[-1]
+        context = text[: len(text) - len(question)].strip()
+    if not question.endswith("?") or not context:
+        raise PipelineError(
+            "predict: each input is a passage then a question ending in '?' (on "
+            f"a line of its own, or as the last sentence), received {text[:80]!r}"
+        )
+    return context, question

@@ -1,0 +1,66 @@
+"""The translation task's command-line side: its options, and how ``predict``
+prints the export's answers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from pipelines.core.client import (
+    Client,
+    add_beam_widths,
+    add_search_arguments,
+    search_feed,
+)
+
+
+class TranslationClient(Client):
+    predict_aliases = ("translate",)
+
+    def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_beam_widths(parser)
+        parser.add_argument("--heatmaps", type=int, default=3, help="alignment plots")
+
+    def evaluation_summary(self, metrics: dict) -> str:
+        best = max(metrics["decoding"].values(), key=lambda s: s["bleu"])
+        return (
+            f"BLEU {best['bleu']:.2f}, exact match {best['exact_match']:.2%} on the "
+            f"{metrics['split']} split"
+        )
+
+    def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_search_arguments(parser)
+        parser.add_argument("--plot", help="write the first sentence's alignment here")
+
+    def predict(self, export_dir, inputs, args) -> None:
+        import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
+        from pipelines.core.serving import call_export
+
+        feed = {"source": np.array(inputs, dtype=object)}
+        feed.update(search_feed(args))
+        out = call_export(export_dir, feed)
+        for text, translation, score in zip(
+            inputs, out["translation"], out["score"], strict=True
+        ):
+            print(f"{text}\n  -> {translation.decode('utf-8')}   (score {score:.3f})")
+        if args.plot:
+            from pipelines.core.plots import alignment_heatmap
+
+            first = out["translation"][0].decode("utf-8")
+            path = alignment_heatmap(
+                out["source_tokens"][0],
+                out["target_tokens"][0],
+                out["alignment"][0],
+                args.plot,
+                title=f"{inputs[0][:60]!r} -> {first[:60]!r}",
+            )
+            print(f"Alignment heatmap: {path}")
+
+    def demo_arguments(self, run_dir) -> list[str]:
+        return ["--plot", str(Path(run_dir) / "alignment.png")]
+
+    def demo_notes(self, run_dir) -> list[str]:
+        return [f"heatmap {Path(run_dir) / 'alignment.png'}"]
