@@ -20,7 +20,7 @@ setup(
         include=["attention_layers", "attention_layers.*", "pipelines", "pipelines.*"]
     ),
     package_data={"pipelines": ["translation/*.tsv.gz", "core/*.txt", "*.c"]},
-    entry_points={"console_scripts": ["attention-pipelines=pipelines.cli:main"]},
+    entry_points={"console_scripts": ["attention-pipelines=pipelines.cli:console"]},
     # The layers need Keras and NumPy only, on any Keras backend; TensorFlow
     # comes with the `tensorflow` and `pipelines` extras.
     install_requires=["keras>=3.15", "numpy"],

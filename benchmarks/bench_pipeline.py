@@ -458,10 +458,15 @@ def export_both(task, config, models, tokenizers, base: Path) -> dict:
     out["ours_xla"]["length_penalty"] = config.decode.length_penalty
     for name in ("ours", "ours_xla", "peer"):
         t0 = time.perf_counter()
-        fn = tf.saved_model.load(out[name]["path"]).signatures["serving_default"]
+        fn = tf.saved_model.load(out[name]["path"]).signatures[_signature(out[name])]
         fn(source=tf.constant(["9 mars 1987"]), **_options(out[name], 1))
         out[name]["first_call_s"] = round(time.perf_counter() - t0, 2)
     return out
+
+
+def _signature(export: dict) -> str:
+    """Ours take per-request options in ``with_options``; the peer has none."""
+    return "with_options" if "length_penalty" in export else "serving_default"
 
 
 def _options(export: dict, beam_width: int) -> dict:
@@ -478,9 +483,9 @@ def _options(export: dict, beam_width: int) -> dict:
 def serving_throughput(exports: dict, held_out, rounds: int) -> dict:
     import tensorflow as tf
 
-    ours = tf.saved_model.load(exports["ours"]["path"]).signatures["serving_default"]
+    ours = tf.saved_model.load(exports["ours"]["path"]).signatures["with_options"]
     xla = tf.saved_model.load(exports["ours_xla"]["path"])
-    xla = xla.signatures["serving_default"]
+    xla = xla.signatures["with_options"]
     peer = tf.saved_model.load(exports["peer"]["path"]).signatures["serving_default"]
     sources = [s for s, _ in held_out]
     greedy, beam = _options(exports["ours"], 1), _options(exports["ours"], 4)

@@ -22,8 +22,17 @@ from pipelines import cloader
 from pipelines.core.serving import resolve_export, signature_defaults
 
 
+def options_signature(export_dir) -> str:
+    """``with_options``, or ``serving_default`` for an export that took the
+    options there (made before ``with_options`` existed) or has none."""
+    from tensorflow.python.tools import saved_model_utils
+
+    meta = saved_model_utils.get_meta_graph_def(str(export_dir), "serve")
+    return "with_options" if "with_options" in meta.signature_def else "serving_default"
+
+
 def configurations(export_dir, texts: list[str]) -> dict[str, dict]:
-    defaults = signature_defaults(export_dir)
+    defaults = signature_defaults(export_dir, options_signature(export_dir))
     one = np.array(texts[:1], dtype=object)
     many = np.array((texts * 64)[:64], dtype=object)
     out = {}
@@ -56,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} CPUs")  # fmt: skip
     for name, request in configurations(export_dir, texts).items():
         t0 = time.time()
-        result = cloader.bench(export_dir, request, args.threads, args.requests)
+        result = cloader.bench(
+            export_dir, request, args.threads, args.requests,
+            signature=options_signature(export_dir),
+        )  # fmt: skip
         rows.append({"configuration": name, **result, "seconds": time.time() - t0})
         print(
             f"| {name} | {result['p50_ms']:.2f} | {result['p99_ms']:.2f} | "

@@ -198,6 +198,8 @@ class LocaleClient(Client):
 
 
 class LocaleContract(ContractCases):
+    main_inputs = ("text",)
+
     def requests(self, config) -> list[dict]:
         return [{"text": np.array(SAMPLES, dtype=object)}]
 

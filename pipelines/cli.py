@@ -1,10 +1,10 @@
 """The ``attention-pipelines`` console script: one set of verbs for every task.
 
     attention-pipelines --help                       (lists the tasks)
-    attention-pipelines TASK train    --config tiny --run-dir runs/tiny
-    attention-pipelines TASK evaluate --run-dir runs/tiny
-    attention-pipelines TASK export   --run-dir runs/tiny --base serving
-    attention-pipelines TASK predict  --export serving/tiny INPUT...
+    attention-pipelines TASK train    --config tiny --run-dir runs/mine
+    attention-pipelines TASK evaluate --run-dir runs/mine
+    attention-pipelines TASK export   --run-dir runs/mine --base serving
+    attention-pipelines TASK predict  --export serving/mine INPUT...
     attention-pipelines TASK demo     (all four, as `make demo` runs them)
 
 The verbs and their flags (``--config``, ``--set``, ``--run-dir``,
@@ -30,6 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 VERBS = ("train", "evaluate", "export", "predict", "demo")
 DEBUG = "ATTENTION_PIPELINES_DEBUG"
+VERBOSE = "--verbose"
 
 
 # -- the verbs ------------------------------------------------------------------
@@ -42,8 +43,22 @@ def _config(task, args):
     return config_lib.apply_overrides(config, args.set or [])
 
 
-def _run_dir(args, config) -> Path:
-    return Path(args.run_dir or f"runs/{config.name}")
+def _run_dir(task, args, config) -> Path:
+    """``--run-dir``, or ``runs/<task>/<preset>``: each task's runs apart, so
+    two tasks' ``tiny`` runs never meet. A run made where runs went before
+    (``runs/<preset>``) is pointed out in one line."""
+    if args.run_dir:
+        return Path(args.run_dir)
+    from pipelines.core.run_dir import RunDir
+
+    earlier = RunDir(Path("runs") / config.name)
+    if earlier.task_name() == task.name:
+        print(
+            f"note: {earlier.root} holds a {task.name} run made where runs went "
+            f"before; this one goes to runs/{task.name}/{config.name} (give "
+            f"--run-dir {earlier.root} to go on with that one)."
+        )
+    return Path("runs") / task.name / config.name
 
 
 def _trained_config(task, run_dir, overrides):
@@ -68,7 +83,7 @@ def _trained_config(task, run_dir, overrides):
 
 def cmd_train(task, args) -> None:
     config = _config(task, args)
-    run_dir = _run_dir(args, config)
+    run_dir = _run_dir(task, args, config)
     if args.workers and os.environ.get("TF_CONFIG"):
         raise ValueError(
             "train: --workers starts local workers itself; it cannot be given "
@@ -146,7 +161,7 @@ def export_run(task, run_dir, base, name, version, overrides) -> Path:
             module,
             module.signatures(),
             base,
-            name or config.name,
+            name or Path(run_dir).name,
             version=version,
             warmup=warmup,
         )
@@ -192,7 +207,7 @@ def cmd_demo(task, args) -> None:
 
     t0 = time.time()
     config = _config(task, args)
-    run_dir = _run_dir(args, config)
+    run_dir = _run_dir(task, args, config)
     train(task, config, run_dir, overwrite=args.overwrite)
     args.split, args.limit, args.set = "test", None, []
     metrics = evaluate_run(task, run_dir, args)
@@ -202,7 +217,8 @@ def cmd_demo(task, args) -> None:
     predicted = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", task.name, "predict",
          "--export", str(path), *task.client.demo_arguments(run_dir),
-         *task.samples(config)],
+         *([VERBOSE] if args.verbose else []), *task.samples(config)],
+        stderr=sys.stderr,
     )  # fmt: skip
     if predicted.returncode:
         from pipelines.core.errors import PipelineError
@@ -240,7 +256,9 @@ def _add_config(parser, task) -> None:
         help=f"a preset ({presets}) or a YAML file (default {task.default_preset})",
     )
     _add_set(parser)
-    parser.add_argument("--run-dir", help="where the run lives (default runs/<name>)")
+    parser.add_argument(
+        "--run-dir", help="where the run lives (default runs/<task>/<preset>)"
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -261,10 +279,24 @@ def _add_export_target(parser, required: bool) -> None:
     parser.add_argument(
         "--base", required=required, help="TF Serving model base folder"
     )
-    parser.add_argument("--name", help="model name, a folder (default: the run's name)")
+    parser.add_argument(
+        "--name", help="model name, a folder (default: the run folder's name)"
+    )
     parser.add_argument(
         "--version", type=positive_int, help="default: the next free version"
     )
+
+
+def _verb_parser(add_parser, name: str, **kwargs) -> argparse.ArgumentParser:
+    """A verb's parser, with the ``--verbose`` every verb takes."""
+    parser = add_parser(name, allow_abbrev=False, **kwargs)
+    parser.add_argument(
+        VERBOSE,
+        action="store_true",
+        help="show TensorFlow's own start-up and C++ log lines (by default "
+        "they go to ~/.cache/attention-pipelines/tensorflow-native.log)",
+    )
+    return parser
 
 
 def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentParser:
@@ -273,7 +305,7 @@ def task_parser(task, prog: str = "attention-pipelines") -> argparse.ArgumentPar
         prog=f"{prog} {task.name}", description=task.description, allow_abbrev=False
     )
     verbs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    verbs.add_parser = functools.partial(verbs.add_parser, allow_abbrev=False)
+    verbs.add_parser = functools.partial(_verb_parser, verbs.add_parser)
 
     p = verbs.add_parser("train", help="train (or resume) a model")
     _add_config(p, task)
@@ -357,6 +389,24 @@ def _one_line(error: BaseException) -> str:
     return lines[-1] if lines[0].endswith(":") else lines[0]
 
 
+def native_log() -> Path:
+    """Where TensorFlow's C++ messages go unless ``--verbose``."""
+    from pipelines.core.run_dir import cache_dir
+
+    return cache_dir() / "tensorflow-native.log"
+
+
+def console() -> int:
+    """The ``attention-pipelines`` command: `main`, with TensorFlow's C++
+    start-up lines sent to `native_log` unless ``--verbose`` (or the debug
+    variable) is given."""
+    if VERBOSE not in sys.argv[1:] and not os.environ.get(DEBUG):
+        from pipelines.core.quiet import native_stderr_to
+
+        native_stderr_to(native_log())
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if os.environ.get(DEBUG):
@@ -418,4 +468,4 @@ def describe(error: Exception) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -12,11 +12,23 @@ Example (needs gcc; any export of ``attention-pipelines TASK export``)::
     from pipelines.cloader import serve
     [response] = serve("serving/m/1", [{"text": np.array([b"some input"])}])
     response.outputs        # by signature key, or response.code / .message
+
+From a shell (``python -m pipelines.cloader --help`` for the details)::
+
+    python -m pipelines.cloader serving/m/1 "text=some input"
+    python -m pipelines.cloader serving/m/1 image=@photo.png
+    python -m pipelines.cloader --signature with_options serving/m/1 \\
+        image=@photo.png beam_width=3 length_penalty=0.6
+
+From a shell, TensorFlow's C++ start-up lines go to the user's cache
+(`pipelines.core.quiet`), so a failed request is one line on stderr.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import importlib.util
 import os
 import struct
 import subprocess
@@ -77,21 +89,40 @@ class Response:
         return STATUS.get(self.code, str(self.code))
 
 
-def _tensorflow_dir() -> Path:
-    import tensorflow as tf
+def _package_dir(name: str) -> Path | None:
+    """Where package ``name`` is installed, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
-    return Path(tf.__file__).parent
+
+def _tensorflow_dir() -> Path:
+    tf_dir = _package_dir("tensorflow")
+    if tf_dir is None:
+        raise PipelineError("the C loader needs TensorFlow installed (pip).")
+    return tf_dir
+
+
+LIBRARIES = ("libtensorflow_cc.so.2", "libtensorflow_framework.so.2")
 
 
 def build(force: bool = False) -> Path:
     """The compiled program (compiled with gcc on first use, then cached)."""
-    import tensorflow as tf
-
     tf_dir = _tensorflow_dir()
-    # One binary per source, TensorFlow version and installation (it links
-    # that installation's libraries by path).
-    key = SOURCE.read_bytes() + tf.__version__.encode() + str(tf_dir).encode()
-    digest = hashlib.sha256(key).hexdigest()
+    # One binary per source and TensorFlow installation: it links that
+    # installation's libraries by path, and a new wheel changes their files.
+    key = [SOURCE.read_bytes(), str(tf_dir).encode()]
+    for name in LIBRARIES:
+        try:
+            stat = (tf_dir / name).stat()
+        except FileNotFoundError:
+            raise PipelineError(
+                f"{tf_dir} has no {name}: the C loader needs the TensorFlow wheel "
+                "for Linux."
+            ) from None
+        key.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    digest = hashlib.sha256(b"\0".join(key)).hexdigest()
     binary = cache_dir() / f"savedmodel_run-{digest[:16]}"
     if binary.exists() and not force:
         return binary
@@ -117,28 +148,72 @@ def build(force: bool = False) -> Path:
 
 def tf_text_libraries() -> list[Path]:
     """tensorflow-text's op libraries, which TF Serving links in (``ops_lib``)."""
-    try:
-        import tensorflow_text
-    except ImportError:
+    package = _package_dir("tensorflow_text")
+    if package is None:
         return []
-    root = Path(tensorflow_text.__file__).parent / "python"
-    return sorted(p for p in root.rglob("_*.so"))
+    return sorted(p for p in (package / "python").rglob("_*.so"))
+
+
+# -- the SignatureDef, read from saved_model.pb without TensorFlow ---------------
+
+DTYPE_NAMES = {code: dtype.name for dtype, code in DTYPES.items()} | {STRING: "string"}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One signature tensor: graph name ``op:index``, TF_DataType, shape.
+
+    ``shape`` is None when the rank is unknown, and a dimension is -1 when
+    unknown. ``name`` is empty for a sparse or composite tensor.
+    """
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...] | None
+
+    @property
+    def dtype_name(self) -> str:
+        return DTYPE_NAMES.get(self.dtype, f"TF_DataType {self.dtype}")
+
+
+def signature_def(
+    export_dir: str | Path, signature: str = "serving_default"
+) -> tuple[dict[str, TensorInfo], dict[str, TensorInfo]]:
+    """``(inputs, outputs)`` of a signature of the ``serve`` MetaGraphDef."""
+    from tensorflow.python.tools import saved_model_utils
+
+    export_dir = Path(export_dir)
+    if not any((export_dir / f"saved_model.{e}").is_file() for e in ("pb", "pbtxt")):
+        raise PipelineError(f"{export_dir} is not a SavedModel (no saved_model.pb).")
+    meta = saved_model_utils.get_meta_graph_def(str(export_dir), "serve")
+    if signature not in meta.signature_def:
+        raise _no_signature(export_dir, signature, meta.signature_def)
+    sig = meta.signature_def[signature]
+
+    def info(v) -> TensorInfo:
+        shape = v.tensor_shape
+        dims = None if shape.unknown_rank else tuple(d.size for d in shape.dim)
+        return TensorInfo(v.name, int(v.dtype), dims)
+
+    return (
+        {k: info(v) for k, v in sig.inputs.items()},
+        {k: info(v) for k, v in sig.outputs.items()},
+    )
+
+
+def _no_signature(export_dir: Path, signature: str, names) -> PipelineError:
+    named = sorted(name for name in names if not name.startswith("__"))
+    return PipelineError(
+        f"{export_dir} has no signature {signature!r}; it has {named}."
+    )
 
 
 def signature_tensors(export_dir: str | Path, signature: str = "serving_default"):
     """``(inputs, outputs)``: signature keys to graph tensor names."""
-    from tensorflow.python.tools import saved_model_utils
-
-    meta = saved_model_utils.get_meta_graph_def(str(export_dir), "serve")
-    if signature not in meta.signature_def:
-        raise PipelineError(
-            f"{export_dir} has no signature {signature!r}; it has "
-            f"{sorted(meta.signature_def)}."
-        )
-    sig = meta.signature_def[signature]
+    inputs, outputs = signature_def(export_dir, signature)
     return (
-        {k: v.name for k, v in sig.inputs.items()},
-        {k: v.name for k, v in sig.outputs.items()},
+        {k: v.name for k, v in inputs.items()},
+        {k: v.name for k, v in outputs.items()},
     )
 
 
@@ -265,9 +340,16 @@ def serve(
         if proc.returncode != 0:
             raise PipelineError(
                 f"the C loader failed on {export_dir} (exit {proc.returncode}): "
-                f"{proc.stderr.strip()[-2000:]}"
+                f"{_loader_error(proc.stderr)}"
             )
         return read_responses(responses_path, keys)
+
+
+def _loader_error(stderr: str) -> str:
+    """The program's own message, without TensorFlow's log lines before it."""
+    at = stderr.find("savedmodel_run: ")
+    text = stderr[at + len("savedmodel_run: ") :] if at >= 0 else stderr
+    return text.strip()[-2000:]
 
 
 def bench(
@@ -293,12 +375,224 @@ def bench(
     return {words[i]: float(words[i + 1]) for i in range(0, len(words), 2)}
 
 
-if __name__ == "__main__":  # python -m pipelines.cloader EXPORT INPUT=TEXT...
-    export, *items = sys.argv[1:]
+# -- the command line --------------------------------------------------------------
+
+PROG = "python -m pipelines.cloader"
+USAGE_ERROR = 2  # argparse's exit status for a wrong command line
+REQUEST_FAILED = 1
+
+DESCRIPTION = """\
+Serve one request through a SavedModel's signature in TensorFlow's C++ loader
+(TF Serving's loader and session API, with tensorflow-text's ops; no Python in
+the serving process), and print each output as `KEY: VALUE` on stdout."""
+
+EPILOG = """\
+inputs (KEY is an input key of the signature; an unknown key's error lists
+the signature's keys and dtypes):
+  KEY=TEXT      a string input; repeat KEY for a batch: `source=a source=b`
+                feeds ["a", "b"] (shape [2]; a signature input declared with
+                shape [] takes one value, fed as a scalar)
+  KEY=@FILE     a string input: the file's bytes (an image: `image=@cat.png`);
+                KEY=@- reads standard input
+  KEY=@@TEXT    the text "@TEXT" (a value that starts with @)
+  KEY=NUMBER    an int or float input (int32, float32, ...; bool: true or
+                false): a scalar, or a vector when KEY is repeated
+  Inputs left out take their SignatureDef defaults, if any.
+
+exit status:
+  0  the request succeeded (outputs on stdout)
+  1  the request failed (its status and message on stderr as one line, as
+     `INVALID_ARGUMENT: ...`), or the export could not be loaded
+  2  a wrong command line: unknown option, signature or input key, a value
+     that is not of the input's dtype, a file that cannot be read
+
+example:
+  python -m pipelines.cloader serving/dates/1 "source=9 mars 1987"
+  python -m pipelines.cloader --signature with_options serving/captions/1 \\
+      image=@photo.png beam_width=3 length_penalty=0.6"""
+
+
+class UsageError(ValueError):
+    """The command line does not fit the export (exit status 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "export_dir", metavar="EXPORT_DIR", help="a SavedModel (a version folder)"
+    )
+    parser.add_argument(
+        "inputs",
+        metavar="KEY=VALUE",
+        nargs="*",
+        default=[],
+        type=_key_value,
+        help="a signature input (see below)",
+    )
+    parser.add_argument(
+        "--signature",
+        metavar="NAME",
+        default="serving_default",
+        help="the signature to run (default: %(default)s)",
+    )
+    return parser
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _string_value(key: str, value: str) -> bytes:
+    if value.startswith("@@"):
+        return value[1:].encode()
+    if value == "@-":
+        return sys.stdin.buffer.read()
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            return Path(path).read_bytes()
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise UsageError(f"{key}={value}: cannot read {path}: {reason}") from None
+    return value.encode()
+
+
+def _number_value(key: str, value: str, info: TensorInfo) -> bool | int | float:
+    dtype = FROM_CODE[info.dtype]
+    text = value.strip().lower()
+    if dtype.kind == "b":
+        if text in ("true", "false", "1", "0"):
+            return text in ("true", "1")
+        wanted = "true or false"
+    elif dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        try:
+            number = int(text)
+        except ValueError:
+            number = None
+        if number is not None and limits.min <= number <= limits.max:
+            return number
+        wanted = f"an integer from {limits.min} to {limits.max}"
+    else:
+        try:
+            return float(text)
+        except ValueError:
+            wanted = "a number"
+    raise UsageError(f"{key}={value}: {key} is {info.dtype_name}; give {wanted}")
+
+
+def parse_feed(
+    items: list[tuple[str, str]], inputs: dict[str, TensorInfo], signature: str
+) -> dict[str, np.ndarray]:
+    """One request from the command line's ``(KEY, VALUE)`` pairs.
+
+    A string input's values make a batch ``[N]`` (``@FILE`` is the file's
+    bytes); a number input's one value a scalar, several a vector. An input
+    declared with shape ``[]`` takes one value, fed as a scalar.
+    """
+    values: dict[str, list[str]] = {}
+    for key, value in items:
+        if key not in inputs:
+            known = ", ".join(
+                f"{k} ({v.dtype_name})" for k, v in sorted(inputs.items())
+            )
+            raise UsageError(
+                f"{signature} has no input {key!r}; its inputs: {known or 'none'}"
+            )
+        values.setdefault(key, []).append(value)
     feed = {}
-    for item in items:
-        key, _, text = item.partition("=")
-        feed.setdefault(key, []).append(text)
-    feed = {k: np.array(v, dtype=object) for k, v in feed.items()}
-    for response in serve(export, [feed]):
-        print(response.status, response.message, response.outputs)
+    for key, given in values.items():
+        info = inputs[key]
+        rank = None if info.shape is None else len(info.shape)
+        if rank is not None and rank > 1:
+            raise UsageError(
+                f"{key} has shape {list(info.shape)}; the command line feeds "
+                "scalars and vectors (use pipelines.cloader.serve)"
+            )
+        if rank == 0 and len(given) > 1:
+            raise UsageError(f"{key} is a scalar; give it once, not {len(given)} times")
+        if info.dtype == STRING:
+            array = np.array([_string_value(key, v) for v in given], dtype=object)
+            scalar = rank == 0
+        elif info.dtype in FROM_CODE:
+            numbers = [_number_value(key, v, info) for v in given]
+            array = np.array(numbers, dtype=FROM_CODE[info.dtype])
+            scalar = rank == 0 or (rank is None and len(given) == 1)
+        else:
+            raise UsageError(
+                f"{key} is {info.dtype_name}, which the command line cannot feed"
+            )
+        feed[key] = array.reshape(()) if scalar else array
+    return feed
+
+
+def _text(item):
+    if isinstance(item, bytes):
+        try:
+            return item.decode("utf-8")
+        except UnicodeDecodeError:
+            return item
+    return item
+
+
+def format_output(value: np.ndarray, prefix: str = "") -> str:
+    """One output as printed after ``prefix`` (continuation lines aligned);
+    strings are decoded from UTF-8 where they are UTF-8."""
+    if value.dtype == object:
+        decoded = np.empty(value.shape, dtype=object)
+        for index, item in np.ndenumerate(value):
+            decoded[index] = _text(item)
+        value = decoded
+    text = np.array2string(
+        value, separator=", ", max_line_width=sys.maxsize, prefix=prefix
+    )
+    return prefix + text
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipelines.cloader``: the exit status (see ``--help``)."""
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    args = parser.parse_args(argv)
+    try:
+        inputs, _ = signature_def(args.export_dir, args.signature)
+        feed = parse_feed(args.inputs, inputs, args.signature)
+    except (PipelineError, UsageError) as error:
+        print(f"{PROG}: error: {_one_line(str(error))}", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        [response] = serve(args.export_dir, [feed], signature=args.signature)
+    except PipelineError as error:
+        print(f"{PROG}: error: {_one_line(str(error))}", file=sys.stderr)
+        return REQUEST_FAILED
+    if not response.ok:
+        # TensorFlow's message: the error on its first line, then the graph
+        # node that raised it.
+        lines = response.message.strip().splitlines() or [""]
+        print(f"{PROG}: {response.status}: {lines[0].strip()}", file=sys.stderr)
+        return REQUEST_FAILED
+    for key, value in sorted(response.outputs.items()):
+        print(format_output(value, prefix=f"{key}: "))
+    return 0
+
+
+if __name__ == "__main__":
+    from pipelines.core.quiet import native_stderr_to
+
+    native_stderr_to(cache_dir() / "tensorflow-native.log")
+    sys.exit(main())

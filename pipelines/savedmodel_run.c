@@ -3,7 +3,7 @@
    TF Serving loads a SavedModel with TensorFlow's C++ loader and feeds the
    signature's tensors by name. This program does the same with the C API that
    the TensorFlow wheel ships (libtensorflow_cc), so an export can be checked
-   where no model server can be installed. `pipelines.core.cloader` compiles
+   where no model server can be installed. `pipelines.cloader` compiles
    it, writes the requests and reads the responses.
 
    Usage:

@@ -12,6 +12,7 @@ from pipelines.core.client import (
     Client,
     add_beam_widths,
     add_search_arguments,
+    options_signature,
     search_feed,
 )
 from pipelines.core.errors import PipelineError
@@ -48,9 +49,9 @@ class CaptioningClient(Client):
                 images.append(Path(path).read_bytes())
             except OSError as error:
                 raise PipelineError(f"predict: cannot read {path}: {error}") from None
-        feed = {"image": np.array(images, dtype=object)}
-        feed.update(search_feed(args))
-        out = call_export(export_dir, feed)
+        options = search_feed(args)
+        feed = {"image": np.array(images, dtype=object), **options}
+        out = call_export(export_dir, feed, options_signature(options))
         for path, caption, score in zip(
             inputs, out["caption"], out["score"], strict=True
         ):

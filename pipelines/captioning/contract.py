@@ -12,6 +12,8 @@ from pipelines.core.contract_cases import BadRequest, ContractCases, DataCase
 
 
 class CaptioningContract(ContractCases):
+    main_inputs = ("image",)
+
     def requests(self, config) -> list[dict]:
         images = np.array([p.read_bytes() for p in sample_strips(config)], dtype=object)
         widest = config.decode.beam_width

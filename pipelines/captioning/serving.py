@@ -124,24 +124,30 @@ class CaptionServer(ServingModule):
 
     # -- the export ---------------------------------------------------------
     def signatures(self) -> dict:
-        """``serving_default``: ``image`` (PNG or JPEG bytes ``[B]``), with
-        optional ``beam_width`` and ``length_penalty`` (defaults in the
-        SignatureDef). Inputs are declared with unknown shapes and checked
-        in the graph (a C client may feed any shape)."""
+        """``serving_default`` takes ``image`` (PNG or JPEG bytes ``[B]``)
+        alone (the run's decoding options); ``with_options`` takes ``image``
+        and the per-request ``beam_width`` and ``length_penalty`` (defaults
+        in the SignatureDef). Inputs are declared with unknown shapes and
+        checked in the graph (a C client may feed any shape)."""
         beams = tf.constant(self.default_beam_width, tf.int32)
         alpha = tf.constant(self.default_length_penalty, tf.float32)
+        image = tf.TensorSpec(None, tf.string, name="image")
+
+        @tf.function(input_signature=[image])
+        def serving_default(image):
+            return self.caption(image)
 
         @tf.function(
             input_signature=[
-                tf.TensorSpec(None, tf.string, name="image"),
+                image,
                 tf.TensorSpec(None, tf.int32, name="beam_width"),
                 tf.TensorSpec(None, tf.float32, name="length_penalty"),
             ]
         )
-        def serving_default(image, beam_width=beams, length_penalty=alpha):
+        def with_options(image, beam_width=beams, length_penalty=alpha):
             return self.caption(image, beam_width, length_penalty)
 
-        return {"serving_default": serving_default}
+        return {"serving_default": serving_default, "with_options": with_options}
 
     def warmup_requests(self) -> list[dict]:
         import numpy as np

@@ -5,9 +5,11 @@ place, and fails with a raw h5py traceback on every rerun once a kill has
 truncated it; it also deletes the backup when training ends. This store
 writes each generation to a hidden folder and renames it into place, records
 the size and SHA-256 of every file, keeps the newest ``keep`` generations,
-and on restore names any damaged one and falls back to the one before. It
-never restarts from scratch silently: if backups exist and none is usable,
-it stops and says so.
+and on restore falls back past a damaged one to the one before, in one line
+that names it, why, and where training resumes. The start of the run counts
+as the generation before the first epoch's (a damaged first epoch is trained
+again); if every generation of a later epoch is damaged, it stops and says
+so rather than start afresh.
 
 Layout: ``backup/epoch-NNNNNN/{model.weights.h5, state.json}``; the weights
 file holds the model and the optimizer (Keras saves both), ``state.json``
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from pipelines.core.run_dir import (
     PipelineError,
+    fsync,
     partial_name,
     read_json,
     remove_stale_partials,
@@ -56,6 +59,8 @@ class Backups:
         self.folder = Path(folder)
         self.keep = keep
         self.log = log
+        # The generations the last `restore` skipped, newest first, and why.
+        self.skipped: list[tuple[Path, str]] = []
 
     def generations(self) -> list[Path]:
         """Generation folders, newest (most epochs) first."""
@@ -74,6 +79,7 @@ class Backups:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         model.save_weights(str(tmp / WEIGHTS))
+        fsync(tmp / WEIGHTS)  # on the disk before its checksum is trusted
         files = {WEIGHTS: {"bytes": (tmp / WEIGHTS).stat().st_size}}
         files[WEIGHTS]["sha256"] = sha256(tmp / WEIGHTS)
         write_json(tmp / STATE, {**state, "files": files})
@@ -81,6 +87,7 @@ class Backups:
         if final.exists():  # a replayed epoch: the new state supersedes it
             shutil.rmtree(final)
         os.rename(tmp, final)
+        fsync(self.folder)
         for old in self.generations()[self.keep :]:
             shutil.rmtree(old, ignore_errors=True)
         return final
@@ -115,33 +122,67 @@ class Backups:
         return None
 
     def restore(self, model) -> dict | None:
-        """Load the newest sound generation into ``model``; its state, or None.
+        """Load the newest sound generation into ``model``; its state, or None
+        when there is nothing to resume (no generation yet, or only a damaged
+        first epoch: the run starts afresh).
 
         ``model`` must be compiled; its optimizer is built here so that the
         optimizer's variables (the step count among them) are restored too.
+        A generation skipped as damaged is logged in one line, with the one
+        resumed from.
+
+        Raises:
+            PipelineError: every generation is damaged and the newest is past
+                the first epoch (starting afresh would lose more than it).
         """
+        self.skipped = []
         generations = self.generations()
         if not generations:
             return None
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
-        damaged = []
+        loaded = False  # a failed load may have set some of the variables
         for generation in generations:
             problem = self.problem(generation)
             if problem is None:
                 try:
+                    loaded = True
                     model.load_weights(str(generation / WEIGHTS))
                 except Exception as error:  # h5py and Keras raise many types
                     problem = f"{generation / WEIGHTS} cannot be read ({error})"
             if problem is not None:
-                damaged.append(problem)
-                self.log(f"warning: backup {problem}; trying the one before.")
+                self.skipped.append((generation, problem))
                 continue
             state = read_json(generation / STATE)
-            if damaged:
-                self.log(f"Resuming from {generation.name} (the previous good state).")
+            if self.skipped:
+                where = (
+                    f"Resuming from {generation.name} (after epoch {state['epoch']})"
+                )
+                self.log(self._fallback(where, int(state["epoch"])))
             return state
+        if _epoch(generations[0]) == 1 and not loaded:
+            self.log(self._fallback("Starting afresh", 0))
+            return None
+        damaged = "; ".join(problem for _, problem in self.skipped)
         raise PipelineError(
-            f"every backup in {self.folder} is damaged ({'; '.join(damaged)}); "
+            f"every backup in {self.folder} is damaged ({damaged}); "
             "nothing can be resumed. Rerun with --overwrite to start afresh."
         )
+
+    def _fallback(self, resumed: str, epochs: int) -> str:
+        """One line: where training resumes, what was skipped and why, and
+        the epochs trained again."""
+        names = [generation.name for generation, _ in self.skipped]
+        reasons = "; ".join(problem for _, problem in self.skipped)
+        first, last = epochs + 1, _epoch(self.skipped[0][0])
+        if len(names) == 1:
+            skipped = f"backup {names[0]} cannot be used"
+        else:
+            skipped = f"backups {', '.join(names[:-1])} and {names[-1]} cannot be used"
+        again = f"epoch {first} is" if first == last else f"epochs {first}-{last} are"
+        return f"{resumed}: {skipped}, {reasons}; {again} trained again."
+
+
+def _epoch(generation: Path) -> int:
+    """The epochs done in ``generation`` (by its name)."""
+    return int(_GENERATION.match(generation.name)[1])

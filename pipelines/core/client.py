@@ -64,6 +64,12 @@ def add_beam_widths(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def options_signature(options: dict) -> str:
+    """The signature that answers a request: ``serving_default`` takes the
+    main input alone, ``with_options`` the per-request options too."""
+    return "with_options" if options else "serving_default"
+
+
 def search_feed(args) -> dict:
     """The serving inputs of the search options given on the command line
     (`add_search_arguments`); those left out take the export's defaults."""

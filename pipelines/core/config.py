@@ -11,7 +11,9 @@ Every value is checked against its field's type hint when it is loaded:
 ``epochs: two`` is refused with the key, the expected type and the value;
 ``learning_rate: 3e-3``, which YAML 1.1 reads as a string, becomes a float.
 A field's ``metadata`` may give a ``range`` ``(low, high)`` (inclusive; None
-for no bound).
+for no bound). A key renamed since is listed in the configuration's
+`RunConfig.RENAMED`: its old name still loads, from ``--set``, a YAML file or
+an older run folder's ``config.yaml``, with a one-line notice (`deprecated`).
 
 Example:
 
@@ -31,10 +33,12 @@ config: `train.epochs` must be an int, received 'two' (str)
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 import math
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -178,7 +182,9 @@ class RunConfig:
     Sections named in `NOT_FINGERPRINTED` may change between the runs of one
     folder (a rerun with more ``train.epochs`` trains on; ``decode`` and
     ``export`` settings apply to the next evaluate or export); everything
-    else is part of the run's fingerprint.
+    else is part of the run's fingerprint. `RENAMED` maps a key's old dotted
+    name to its new one (``{"data.corpus": "data.source"}``): the old name is
+    read as the new, with a deprecation notice.
     """
 
     name: str = "run"
@@ -194,6 +200,7 @@ class RunConfig:
         "train.strategy",
         "train.tpu",
     )
+    RENAMED: ClassVar[dict[str, str]] = {}
 
     def validate(self) -> RunConfig:
         """Cross-field checks; sections with a ``validate`` method run theirs."""
@@ -330,6 +337,58 @@ def _merge(instance: Any, values: dict, where: str, origin: str) -> Any:
     return dataclasses.replace(instance, **changes)
 
 
+# -- renamed keys ------------------------------------------------------------
+
+_NOTICED: set[str] = set()
+
+
+def deprecated(old: str, new: str, origin: str = "") -> None:
+    """Say on stderr, once per process, that ``old`` is the deprecated name of
+    ``new`` (``origin``: where the old name was read)."""
+    if old in _NOTICED:
+        return
+    _NOTICED.add(old)
+    where = f" (from {origin})" if origin else ""
+    print(f"warning: {old} is deprecated, use {new}{where}.", file=sys.stderr)
+
+
+def _section(values: dict, path: list[str], create: bool = False) -> dict | None:
+    for part in path:
+        if create and part not in values:
+            values[part] = {}
+        values = values.get(part)
+        if not isinstance(values, dict):
+            return None
+    return values
+
+
+def _renamed(config_type: type[RunConfig], values: dict, origin: str) -> dict:
+    """``values`` (nested, as read) with every old name of
+    ``config_type.RENAMED`` moved to its new one."""
+    renames = config_type.RENAMED
+    if not renames:
+        return values
+    values = copy.deepcopy(values)
+    for old, new in renames.items():
+        *path, last = old.split(".")
+        section = _section(values, path)
+        if section is None or last not in section:
+            continue
+        *new_path, new_last = new.split(".")
+        target = _section(values, new_path, create=True)
+        if target is None:  # not a mapping: _merge says so
+            continue
+        if new_last in target:
+            source = f", from {origin}" if origin else ""
+            raise ConfigError(
+                f"config: `{old}` is the old name of `{new}`; give only "
+                f"`{new}`{source}."
+            )
+        target[new_last] = section.pop(last)
+        deprecated(f"config key `{old}`", f"`{new}`", origin)
+    return values
+
+
 # -- loading -----------------------------------------------------------------
 
 Presets = dict[str, Callable[[], RunConfig]]
@@ -364,6 +423,7 @@ def from_dict(
                 f"from; add one of {sorted(presets)}."
             )
         base = preset(presets, str(name))
+    values = _renamed(type(base), values, origin)
     return _merge(base, values, "", origin).validate()
 
 
@@ -404,6 +464,7 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
             cursor[last] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             cursor[last] = raw
+        nested = _renamed(type(config), nested, f"--set {item}")
         config = _merge(config, nested, "", f"--set {item}")
     return config.validate()
 

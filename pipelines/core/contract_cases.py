@@ -41,11 +41,19 @@ class DataCase:
 
 
 class ContractCases(abc.ABC):
-    """One task's cases of the pipeline contract."""
+    """One task's cases of the pipeline contract.
+
+    ``main_inputs`` names the inputs of the export's ``serving_default``: a
+    request that holds them alone is answered on every path (per-request
+    options go to the ``with_options`` signature).
+    """
+
+    main_inputs: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def requests(self, config) -> list[dict]:
-        """``serving_default`` feeds that cover every input and option."""
+        """Feeds that cover every input and option (those with options are
+        sent to ``with_options``)."""
 
     @abc.abstractmethod
     def bad_requests(self, config) -> list[BadRequest]:

@@ -216,7 +216,10 @@ def publish(
     ``version`` defaults to the next free integer; an existing version raises
     ``FileExistsError``. ``warmup`` is ``(signature_name, [feed, ...])``.
     With ``audit``, an op outside core TensorFlow and TF Text 2.20 stops the
-    export before any version appears (`PipelineError`).
+    export before any version appears (`PipelineError`). Each signature is
+    also saved as a function of the module (``loaded.serving_default(...)``,
+    ``loaded.with_options(x, beam_width=2)``) unless the module's class
+    already has an attribute of that name.
     """
     if version is not None and (
         isinstance(version, bool) or not isinstance(version, int) or version < 1
@@ -238,6 +241,11 @@ def publish(
     )
     tmp.mkdir()
     try:
+        for function_name, function in signatures.items():
+            # The loaded object's own functions, which take the inputs'
+            # Python defaults (the loaded signatures ask for every input).
+            if not hasattr(type(module), function_name):
+                setattr(module, function_name, function)
         tf.saved_model.save(module, str(tmp), signatures=signatures)
         extra = tmp / "assets.extra"
         extra.mkdir(exist_ok=True)

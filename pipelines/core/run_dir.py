@@ -87,6 +87,19 @@ def remove_stale_partials(folder: str | Path) -> list[str]:
     return removed
 
 
+def fsync(path: str | Path) -> None:
+    """Flush ``path`` to the disk: a file's bytes, or a folder's entries (so
+    that a rename into it survives a power loss)."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    except OSError:
+        if not os.path.isdir(path):  # some file systems cannot flush a folder
+            raise
+    finally:
+        os.close(handle)
+
+
 def write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
     path = Path(path)
@@ -100,6 +113,7 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    fsync(path.parent)
     return path
 
 
@@ -189,6 +203,16 @@ class RunDir:
         except PipelineError:
             return None
         return state.get("task") if isinstance(state, dict) else None
+
+    def trained(self) -> bool:
+        """Whether the folder holds anything training saved: a backup (sound
+        or not), the best weights or the final ones."""
+        backups = self.backup.iterdir() if self.backup.is_dir() else ()
+        return (
+            self.weights.exists()
+            or self.best_weights.exists()
+            or any(not path.name.startswith(".") for path in backups)
+        )
 
     def write_state(self, **changes) -> dict:
         state = {**(self.state() or {}), **changes}

@@ -2,8 +2,11 @@
 
 A folder holds one task's run, trained with one configuration (its
 fingerprint, `pipelines.core.config.fingerprint`). `check_run` refuses a
-folder of another task or another configuration (``--overwrite`` clears it
-and starts afresh), and `finished` tells a finished run from one to resume.
+folder of another task, or one that training saved anything in (a backup,
+weights) under another configuration (``--overwrite`` clears it and starts
+afresh); a run that failed before it saved anything (a wrong data path, say)
+takes the new configuration. `finished` tells a finished run from one to
+resume.
 """
 
 from __future__ import annotations
@@ -20,13 +23,20 @@ def run_config(task: Task, run: RunDir) -> config_lib.RunConfig:
 
 
 def check_run(
-    task: Task, config: config_lib.RunConfig, run: RunDir, overwrite: bool = False
+    task: Task,
+    config: config_lib.RunConfig,
+    run: RunDir,
+    overwrite: bool = False,
+    chief: bool = True,
 ) -> dict | None:
     """The run folder's guard; returns the previous ``run.json`` (None if new).
 
     A folder holding another task's run is refused, even with ``overwrite``;
     ``overwrite`` clears the folder's training files (not its exports) and
-    starts afresh; otherwise a run with another fingerprint is refused.
+    starts afresh; otherwise a run with another fingerprint is refused if
+    training saved anything (`RunDir.trained`), and cleared, in one line,
+    if not. Only the ``chief`` (worker) clears; another worker takes such a
+    folder as new.
     """
     holder = run.task_name()
     if holder not in (None, task.name):
@@ -42,19 +52,28 @@ def check_run(
     state = run.state()
     if state is None and run.config_path.exists():
         state = _legacy_state(task, run)
-    if state is not None and _trained_fingerprint(task, run, state) != (
+    if state is None or _trained_fingerprint(task, run, state) == (
         config_lib.fingerprint(config)
     ):
-        detail = ""
-        try:
-            detail = f" ({config_lib.differences(run_config(task, run), config)})"
-        except (ConfigError, FileNotFoundError):
-            pass
+        return state
+    detail = ""
+    try:
+        detail = f" ({config_lib.differences(run_config(task, run), config)})"
+    except (ConfigError, FileNotFoundError):
+        pass
+    if run.trained():
         raise PipelineError(
             f"{run.root} holds a run trained with another configuration{detail}; "
             "use another --run-dir, or --overwrite to start afresh there."
         )
-    return state
+    if chief:
+        # Its files (tokenizers, data summary) belong to the old configuration.
+        run.clear(task.run_files)
+        print(
+            f"{run.root}: the earlier configuration is replaced{detail}; its run "
+            "saved no trained epoch, so nothing is lost."
+        )
+    return None
 
 
 def _trained_fingerprint(task: Task, run: RunDir, state: dict) -> str | None:
@@ -103,10 +122,16 @@ def nothing_to_do(run: RunDir, state: dict) -> str:
         return (
             f"{run.root} is already trained: it stopped early after "
             f"{state.get('epochs')} epochs (no better validation loss in "
-            "train.early_stopping_patience epochs); nothing to do. --overwrite "
-            "retrains from scratch."
+            f"train.early_stopping_patience epochs){_kept(state)}; nothing to "
+            "do. --overwrite retrains from scratch."
         )
     return (
         f"{run.root} is already trained ({state.get('epochs')} epochs); nothing to "
         "do. Raise train.epochs to train on, or --overwrite to retrain."
     )
+
+
+def _kept(state: dict) -> str:
+    """``", keeping epoch N"`` of a finished ``run.json`` that names it."""
+    best = state.get("best_epoch")
+    return f", keeping epoch {best + 1}" if isinstance(best, int) else ""

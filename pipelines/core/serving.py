@@ -192,17 +192,25 @@ def signature_defaults(export_dir: str | Path, signature="serving_default") -> d
     return {k: tf.make_ndarray(v) for k, v in sig.defaults.items()}
 
 
+OPTIONS_SIGNATURE = "with_options"
+
+
 def call_export(
     export_dir: str | Path, feed: dict, signature: str = "serving_default"
 ) -> dict[str, np.ndarray]:
     """Load an export with TensorFlow alone and call one signature.
 
     Inputs left out of ``feed`` take the defaults the SignatureDef records
-    (Python's loaded signatures ask for every input). Needs tensorflow-text
-    imported first for subword models.
+    (Python's loaded signatures ask for every input). An export made before
+    ``with_options`` existed took the options in ``serving_default``, which
+    then answers for it. Needs tensorflow-text imported first for subword
+    models.
     """
     export_dir = resolve_export(export_dir)
-    fn = tf.saved_model.load(str(export_dir)).signatures[signature]
+    signatures = tf.saved_model.load(str(export_dir)).signatures
+    if signature == OPTIONS_SIGNATURE and signature not in signatures:
+        signature = "serving_default"
+    fn = signatures[signature]
     feed = {**signature_defaults(export_dir, signature), **feed}
     tensors = {k: tf.constant(v) for k, v in feed.items()}
     return {k: v.numpy() for k, v in fn(**tensors).items()}

@@ -4,7 +4,9 @@
 
 1. the run folder's guard: a folder trained with another configuration is
    refused (by the fingerprint in ``run.json``; ``--overwrite`` starts
-   afresh), a finished run is not retrained, a second trainer is locked out;
+   afresh), unless that run saved no epoch (it failed early: its
+   configuration is replaced), a finished run is not retrained, a second
+   trainer is locked out;
 2. the data (`Task.load_data`), refused before training when the training or
    validation split is empty, summarised in ``data_summary.txt``;
 3. the preprocessors, learned from the training split and saved;
@@ -14,7 +16,9 @@
    the rate is reduced on a plateau of the validation loss when
    ``train.lr_reduce_factor`` < 1;
 5. ``fit`` from the newest sound backup (`pipelines.core.backups`): no
-   finished epoch is lost and the optimizer's step count continues;
+   finished epoch is lost and the optimizer's step count continues (past a
+   damaged backup, its epoch is trained again); an early stop says after
+   which epoch, why, and which epoch's weights it keeps;
 6. the final weights: those of the best validation loss, written last.
 
 Only the chief worker writes; under ``MultiWorkerMirroredStrategy`` the other
@@ -43,6 +47,7 @@ from pipelines.core.optimizers import OPTIMIZERS
 from pipelines.core.run_dir import (
     PipelineError,
     RunDir,
+    fsync,
     partial_name,
     remove_stale_partials,
     sha256,
@@ -69,7 +74,9 @@ def save_weights(model: keras.Model, path: Path) -> Path:
     """``model.save_weights`` to a temporary name, then renamed into place."""
     tmp = path.with_name(partial_name(path.name) + ".weights.h5")
     model.save_weights(str(tmp))
+    fsync(tmp)
     tmp.replace(path)
+    fsync(path.parent)
     return path
 
 
@@ -125,6 +132,8 @@ class RunState(keras.callbacks.Callback):
         self.phase = int(state.get("phase", 0))
         self.phase_start = int(state.get("phase_start", 0))
         self.diverged_at: int | None = None
+        self.last_phase = True  # whether an early stop ends the run (set by _fit)
+        self.stop_line: str | None = None
         self.chief = is_chief()
 
     def on_train_begin(self, logs=None):
@@ -132,6 +141,11 @@ class RunState(keras.callbacks.Callback):
         current = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
         if not math.isclose(current, self.learning_rate, rel_tol=1e-6):
             optimizer.learning_rate = self.learning_rate  # resumed, or a new phase
+
+    def on_train_end(self, logs=None):
+        if self.stop_line:
+            print(self.stop_line)
+        self.stop_line = None
 
     def on_epoch_begin(self, epoch, logs=None):
         set_epoch(epoch)  # the training order of this epoch
@@ -175,6 +189,8 @@ class RunState(keras.callbacks.Callback):
             if self.wait >= self.patience:
                 self.stopped_early = True
                 self.model.stop_training = True
+                # Said when fit ends, after Keras' line of this epoch.
+                self.stop_line = self.early_stop_line(epoch, "val_loss" in logs)
             elif (
                 not self.train.lr_step_epochs
                 and self.lr_wait >= self.train.lr_reduce_patience
@@ -183,6 +199,24 @@ class RunState(keras.callbacks.Callback):
         if self.chief:
             self.backups.save(self.model, self.state(epoch + 1))
             write_history(self.run.history, self.history)
+
+    def early_stop_line(self, epoch: int, validated: bool = True) -> str:
+        """Why training stops after ``epoch`` (0-based), and which epoch's
+        weights are kept (the best of the phase)."""
+        monitor = "val_loss" if validated else "loss"
+        epochs = "epoch" if self.wait == 1 else "epochs"
+        kept = "the last epoch"  # never: a finite loss improves on none
+        if self.best_epoch is not None:
+            kept = f"epoch {self.best_epoch + 1} ({monitor} {self.best:.4g})"
+        if self.last_phase:
+            ending, kept = f"after epoch {epoch + 1}", f"keeping {kept}"
+        else:
+            ending = f"phase {self.phase + 1} after epoch {epoch + 1}"
+            kept = f"its best was {kept}; the next phase starts"
+        return (
+            f"Early stopping {ending}: {monitor} has not improved for "
+            f"{self.wait} {epochs}; {kept}."
+        )
 
     def _reduce_learning_rate(self, epoch: int) -> None:
         self.lr_wait = 0
@@ -225,7 +259,7 @@ class RunState(keras.callbacks.Callback):
             "lr_wait": self.lr_wait,
         }
 
-    def forget_best_if_stale(self, restored: dict) -> None:
+    def forget_best_if_stale(self, restored: dict, quiet: bool = False) -> None:
         """The best weights must belong to the restored state: a kill after the
         best was saved but before its backup, or a fall-back past a damaged
         backup, leaves weights of an epoch that the resume replays.
@@ -233,11 +267,12 @@ class RunState(keras.callbacks.Callback):
         Every worker decides (from the shared run folder), so that all of
         them track the same best epoch, early stop and learning rate; the
         chief removes the file at the end of the next epoch, when every
-        worker has long decided (the epoch's steps wait for all of them)."""
+        worker has long decided (the epoch's steps wait for all of them).
+        ``quiet``: the fall-back past a damaged backup has said so already."""
         best = self.run.best_weights
         if not best.exists() or restored.get("best_sha256") == sha256(best):
             return
-        if self.chief:
+        if self.chief and not quiet:
             print(
                 f"warning: {best} is from an epoch after the restored state; it is "
                 "removed and the best epoch is tracked again from here."
@@ -297,7 +332,7 @@ def train(
     chief = is_chief()
     with run.lock() if chief else contextlib.nullcontext():
         if chief or not overwrite:
-            previous = check_run(task, config, run, overwrite)
+            previous = check_run(task, config, run, overwrite, chief=chief)
         else:  # the chief clears the folder; this worker must not judge it now
             previous = None
         if chief:
@@ -386,7 +421,8 @@ def _model(task: Task, config, run: RunDir, preprocessors, strategy):
         restored = backups.restore(model.trainer) or {}
         if not restored and config.train.init_from:
             initialise_from(task, model, config, config.train.init_from)
-    if restored:
+    fell_back = bool(backups.skipped)  # said so in one line
+    if restored and not fell_back:
         print(
             f"Resuming after epoch {restored.get('epoch', 0)} (optimizer step "
             f"{restored.get('iterations')}) from {run.backup}"
@@ -395,8 +431,8 @@ def _model(task: Task, config, run: RunDir, preprocessors, strategy):
     # fit sets the model too; a rerun with no epoch left (killed after its
     # last backup, or `train.epochs` raised to where it stood) fits none.
     state.set_model(model.trainer)
-    if restored:
-        state.forget_best_if_stale(restored)
+    if restored or fell_back:
+        state.forget_best_if_stale(restored, quiet=fell_back)
     return model, state, restored
 
 
@@ -411,6 +447,7 @@ def _fit(task: Task, config, model, state, initial_epoch: int, datasets) -> bool
     for phase, (start, end) in enumerate(bounds):
         if end <= initial_epoch or state.diverged_at is not None:
             continue  # done before a restart, or diverged
+        state.last_phase = phase == len(bounds) - 1
         if phase > state.phase:
             state.begin_phase(phase, start)
         elif state.stopped_early:

@@ -13,6 +13,8 @@ from pipelines.extractive.data import samples_for
 
 
 class ExtractiveContract(ContractCases):
+    main_inputs = ("context", "question")
+
     def requests(self, config) -> list[dict]:
         pairs = [split_input(text) for text in samples_for(config)]
         return [

@@ -74,6 +74,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core.config import deprecated
 from pipelines.core.errors import PipelineError
 from pipelines.data.user_files import field_error, jsonl_objects, shown
 
@@ -101,7 +102,7 @@ COUNTS = ("none", "one", "two", "three")
 SPECIES = {"mouse": "mice", "sheep": "sheep", "wolf": "wolves", "cat": "cats"}
 NAMES = ("Gertrude", "Winona", "Jessica", "Emily")
 
-MAX_CONTEXT = 130
+MAX_STORY = 130
 """No story has more statements than this before a question."""
 
 
@@ -290,7 +291,7 @@ def _objects_story(rng: random.Random, task: int) -> list[QAExample]:
     while len(examples) < count:
         for _ in range(rng.randint(*(gap if examples else first)) - 1):
             world.step(weights, carry)
-        while len(world.story) < MAX_CONTEXT:
+        while len(world.story) < MAX_STORY:
             world.step(weights, carry)
             example = _ask(world, task, told)
             if example is not None:
@@ -595,19 +596,38 @@ def parse_babi_spec(spec: str) -> tuple[list[int], int]:
 def read_qa_jsonl(path: str | Path) -> list[QAExample]:
     """Questions from the user's JSON Lines file, one object a line.
 
-    Each object has ``"context"``: a string of sentences separated by newlines
+    Each object has ``"story"``: a string of sentences separated by newlines
     (blank lines are no sentences) or a list of sentence strings;
     ``"question"`` and ``"answer"``: strings; and optionally ``"supporting"``:
     0-based indices into the sentences. Blank lines are skipped. Text is
-    stripped; the examples have ``task`` 0.
+    stripped; the examples have ``task`` 0. ``"context"``, the old name of
+    ``"story"``, is still read, with a one-line deprecation notice.
 
     Raises:
         PipelineError: the file is missing or unreadable, or a line is not
             such an object; the message names the file, the line (from 1),
             the field, what was expected and what was received.
     """
-    expected = 'a JSON object with "context", "question" and "answer"'
-    return [_qa_row(where, row) for where, row in jsonl_objects(path, expected)]
+    expected = 'a JSON object with "story", "question" and "answer"'
+    rows = jsonl_objects(path, expected)
+    if any("context" in row and "story" not in row for _, row in rows):
+        deprecated('field "context"', '"story"', str(path))
+    return [_qa_row(where, row) for where, row in rows]
+
+
+# A sentence ends at a line break, or at . ! or ? before white space: the
+# rule of the export's graph (`pipelines.qa.serving.split_sentences`).
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n")
+
+
+def split_story(text: str) -> list[str]:
+    """A story's sentences, each one memory, as training, ``predict`` and
+    the export split them.
+
+    >>> split_story("Mary moved. John went to the hallway!\\n Bill left")
+    ['Mary moved.', 'John went to the hallway!', 'Bill left']
+    """
+    return [s.strip() for s in SENTENCE_BREAK.split(text) if s.strip()]
 
 
 def _qa_row(where: str, row: dict) -> QAExample:
@@ -616,24 +636,27 @@ def _qa_row(where: str, row: dict) -> QAExample:
     def bad(field: str, expected: str, received: str | None = None) -> PipelineError:
         return field_error(where, row, field, expected, received)
 
-    context = row.get("context")
-    if isinstance(context, str):
-        sentences = [s.strip() for s in context.split("\n") if s.strip()]
-    elif isinstance(context, list):
+    name = "context" if "context" in row and "story" not in row else "story"
+    if name == "story" and "context" in row:
+        raise bad("context", 'only "story" (its new name), not both')
+    story = row.get(name)
+    if isinstance(story, str):
+        sentences = split_story(story)
+    elif isinstance(story, list):
         sentences = []
-        for i, sentence in enumerate(context):
+        for i, sentence in enumerate(story):
             if not isinstance(sentence, str) or not sentence.strip():
                 raise bad(
-                    f"context[{i}]", "a non-blank sentence string", shown(sentence)
+                    f"{name}[{i}]", "a non-blank sentence string", shown(sentence)
                 )
             sentences.append(sentence.strip())
     else:
         raise bad(
-            "context",
+            name,
             "a string of sentences separated by newlines or a list of sentence strings",
         )
     if not sentences:
-        raise bad("context", "at least one sentence")
+        raise bad(name, "at least one sentence")
     texts = []
     for field in ("question", "answer"):
         value = row.get(field)
@@ -651,7 +674,7 @@ def _qa_row(where: str, row: dict) -> QAExample:
         ):
             raise bad(
                 f"supporting[{i}]",
-                f"a sentence index from 0 to {len(sentences) - 1} (the context "
+                f"a sentence index from 0 to {len(sentences) - 1} (the story "
                 f"has {len(sentences)} sentence(s))",
                 shown(index),
             )

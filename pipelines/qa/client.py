@@ -4,13 +4,13 @@ prints the export's answers."""
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import numpy as np
 
 from pipelines.core.client import Client
 from pipelines.core.errors import PipelineError
+from pipelines.qa.babi import split_story
 
 
 class QAClient(Client):
@@ -78,7 +78,7 @@ def split_input(text: str) -> tuple[str, str]:
     >>> split_input("Mary went to the garden. Where is Mary?")
     ('Mary went to the garden.', 'Where is Mary?')
     """
-    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n", text) if s.strip()]
+    sentences = split_story(text)
     if not sentences or not sentences[-1].endswith("?"):
         raise PipelineError(
             f"predict: each input is a story then a question ending in '?', "

@@ -13,13 +13,21 @@ from pipelines.qa.data import samples_for
 
 
 class QAContract(ContractCases):
+    main_inputs = ("story", "question")
+
     def requests(self, config) -> list[dict]:
         pairs = [split_input(text) for text in samples_for(config)]
+        questions = np.array([q for _, q in pairs], dtype=object)
         return [
             {
                 "story": np.array([s for s, _ in pairs], dtype=object),
-                "question": np.array([q for _, q in pairs], dtype=object),
-            }
+                "question": questions,
+            },
+            # Each story on one line: the graph splits its sentences.
+            {
+                "story": np.array([s.replace("\n", " ") for s, _ in pairs], object),
+                "question": questions,
+            },
         ]
 
     def bad_requests(self, config) -> list[BadRequest]:

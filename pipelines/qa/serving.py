@@ -1,8 +1,9 @@
 """The question-answering export: a story and a question in, the answer out.
 
-``serving_default`` takes ``story`` ``[B]`` (one sentence per line: each
-non-empty line is one memory, as in training) and ``question`` ``[B]``
-strings, and returns
+``serving_default`` takes ``story`` ``[B]`` (its sentences, each one memory
+as in training, split in the graph as ``predict`` splits them: at line
+breaks and after ``.``, ``!`` or ``?``) and ``question`` ``[B]`` strings,
+and returns
 
 * ``answer`` ``[B]`` string: the most probable of the answers seen in
   training;
@@ -37,14 +38,23 @@ from pipelines.core.serving import (
     checked_strings,
 )
 
+SENTENCE_END = r"([.!?])\s+"  # a sentence ends at . ! or ? before a space
+
 
 def split_sentences(story: tf.Tensor) -> tf.RaggedTensor:
-    """``[B]`` stories to ragged ``[B, None]`` non-empty, stripped lines.
+    """``[B]`` stories to ragged ``[B, None]`` non-empty, stripped sentences.
 
-    A line is one memory, as in training (a story's sentences are its lines);
-    ``predict`` puts each sentence of free text on its own line.
+    A sentence ends at a line break, or at ``.``, ``!`` or ``?`` followed by
+    white space: a story on one line reads as the same memories as one
+    sentence per line, exactly as training files and ``predict`` are split
+    (`pipelines.qa.babi.split_story`).
+
+    >>> [s.decode() for s in split_sentences(tf.constant(
+    ...     ["Mary moved. John went to the hallway.\\n\\n Bill left!"]))[0].numpy()]
+    ['Mary moved.', 'John went to the hallway.', 'Bill left!']
     """
-    sentences = tf.strings.strip(tf.strings.split(story, "\n"))
+    lines = tf.strings.regex_replace(story, SENTENCE_END, "\\1\n")
+    sentences = tf.strings.strip(tf.strings.split(lines, "\n"))
     return tf.ragged.boolean_mask(sentences, sentences != "")
 
 

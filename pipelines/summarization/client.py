@@ -11,6 +11,7 @@ import numpy as np
 from pipelines.core.client import (
     Client,
     add_search_arguments,
+    options_signature,
     search_feed,
 )
 
@@ -28,7 +29,7 @@ class SummarizationClient(Client):
         parser.add_argument("--heatmaps", type=int, default=3, help="attention plots")
         parser.add_argument(
             "--corpus",
-            help="score every pair of another corpus instead (a data.corpus "
+            help="score every pair of another corpus instead (a data.source "
             "spec, e.g. aclsum: an out-of-domain test); --limit applies",
         )
 
@@ -49,19 +50,21 @@ class SummarizationClient(Client):
 
         from pipelines.core.serving import call_export
 
-        feed = {"text": np.array(inputs, dtype=object)}
-        feed.update(search_feed(args))
+        options = search_feed(args)
         if args.min_length is not None:
-            feed["min_length"] = np.int32(args.min_length)
-        out = call_export(export_dir, feed)
-        for text, summary, score, p_gen, length in zip(
+            options["min_length"] = np.int32(args.min_length)
+        feed = {"text": np.array(inputs, dtype=object), **options}
+        out = call_export(export_dir, feed, options_signature(options))
+        cut = out.get("truncated", np.zeros(len(inputs), bool))
+        for text, summary, score, p_gen, length, truncated, read in zip(
             inputs, out["summary"], out["score"], out["p_gen"], out["length"],
-            strict=True,
+            cut, (out["source_tokens"] != b"").sum(1), strict=True,
         ):  # fmt: skip
             mean = float(p_gen.sum() / length) if length else 0.0
+            note = f"; read the first {read} words only" if truncated else ""
             print(
                 f"{text}\n  -> {summary.decode('utf-8')}   (score {score:.3f}, "
-                f"mean p_gen {mean:.2f})"
+                f"mean p_gen {mean:.2f}{note})"
             )
         if args.plot:
             from pipelines.core.plots import alignment_heatmap

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pipelines.core import config as core_config
 from pipelines.core.config import (
@@ -34,9 +34,10 @@ VARIANTS = ("baseline", "pointer", "coverage")
 
 @dataclass
 class DataConfig(core_config.SplitConfig):
-    """Which corpus (`pipelines.summarization.data.SPECS`), filtered and split."""
+    """Which corpus (``source``, one of `pipelines.summarization.data.SPECS`),
+    filtered and split."""
 
-    corpus: str = "debian"
+    source: str = "debian"
     max_source_words: int = field(default=400, metadata=POSITIVE)
     max_target_words: int = field(default=40, metadata=POSITIVE)
     valid_fraction: float = core_config.fraction(0.05)
@@ -111,6 +112,8 @@ class SummarizationConfig(RunConfig):
     coverage: CoverageConfig = field(default_factory=CoverageConfig)
     decode: SummaryDecodeConfig = field(default_factory=SummaryDecodeConfig)
 
+    RENAMED: ClassVar[dict[str, str]] = {"data.corpus": "data.source"}
+
     def validate(self) -> SummarizationConfig:
         super().validate()
         if self.decode.min_length > self.tokenizer.max_target_tokens:
@@ -129,7 +132,7 @@ def _debian() -> SummarizationConfig:
     return SummarizationConfig(
         name="debian",
         data=DataConfig(
-            corpus="debian",
+            source="debian",
             max_source_words=400,
             max_target_words=30,
             valid_fraction=0.02,
@@ -163,7 +166,7 @@ def _variant(base, name: str, variant: str):
 def _blurbs() -> SummarizationConfig:
     return SummarizationConfig(
         name="blurbs",
-        data=DataConfig(corpus="blurbs:6000", max_source_words=80),
+        data=DataConfig(source="blurbs:6000", max_source_words=80),
         tokenizer=TokenizerConfig(
             vocab_size=400, max_source_tokens=64, max_target_tokens=16
         ),
@@ -178,7 +181,7 @@ def _blurbs() -> SummarizationConfig:
 def _tiny() -> SummarizationConfig:
     return SummarizationConfig(
         name="tiny",
-        data=DataConfig(corpus="blurbs:300", test_fraction=0.1, max_source_words=80),
+        data=DataConfig(source="blurbs:300", test_fraction=0.1, max_source_words=80),
         tokenizer=TokenizerConfig(
             vocab_size=120, max_source_tokens=48, max_target_tokens=12
         ),

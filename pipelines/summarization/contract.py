@@ -12,6 +12,8 @@ from pipelines.summarization.serving import samples_for
 
 
 class SummarizationContract(ContractCases):
+    main_inputs = ("text",)
+
     def requests(self, config) -> list[dict]:
         texts = np.array(samples_for(config), dtype=object)
         greedy = {"beam_width": np.int32(1), "length_penalty": np.float32(0)}
@@ -91,6 +93,6 @@ class SummarizationContract(ContractCases):
         empty = Path(folder) / "empty.tsv"
         empty.write_text("")
         return {
-            "empty_file": DataCase([f"data.corpus=tsv:{empty}"], str(empty)),
+            "empty_file": DataCase([f"data.source=tsv:{empty}"], str(empty)),
             "empty_valid": DataCase(["data.valid_fraction=0.0"]),
         }

@@ -95,21 +95,21 @@ def read_corpus(spec: str, config) -> tuple[list, list[str] | None]:
 
 
 def load_data(config) -> Data:
-    """Pairs of ``config.data.corpus``: limited, length-filtered, split.
+    """Pairs of ``config.data.source``: limited, length-filtered, split.
 
     Raises `PipelineError` when the corpus holds no pairs, or none survive
     the filters.
     """
     data = config.data
     try:
-        pairs, groups = read_corpus(data.corpus, config)
+        pairs, groups = read_corpus(data.source, config)
     except (OSError, ValueError) as error:
         raise PipelineError(f"data: {error}") from None
-    where = data.corpus.partition(":")[2] or data.corpus
+    where = data.source.partition(":")[2] or data.source
     if not pairs:
         raise PipelineError(f"data: no examples in {where}.")
     groups = groups or [document for document, _ in pairs]
-    notes = [f"read {len(pairs)} pairs from {data.corpus}"]
+    notes = [f"read {len(pairs)} pairs from {data.source}"]
     if data.limit and len(pairs) > data.limit:
         notes.append(f"kept the first {data.limit} (data.limit)")
         pairs, groups = pairs[: data.limit], groups[: data.limit]

@@ -31,11 +31,14 @@ from pipelines.summarization.model import split_p_gen
 
 
 def source_inputs(tokenizer, strings, max_source_tokens: int) -> dict:
-    """``ids``, ``ext`` (extended ids) and ``words``, ``[B, S]``, cut and padded.
+    """``ids``, ``ext`` (extended ids) and ``words``, ``[B, S]``, cut at
+    ``max_source_tokens`` and padded, and ``source_length [B]``: the words of
+    each text before the cut.
 
     An all-empty batch still gets one (padding) column.
     """
     ids, words = tokenizer.tokenize_words(strings)
+    source_length = tf.cast(ids.row_lengths(), tf.int32)
     ids = ids[:, :max_source_tokens].to_tensor(default_value=PAD)
     words = words[:, :max_source_tokens].to_tensor(default_value="")
     width = tf.maximum(tf.shape(ids)[1], 1)
@@ -45,7 +48,12 @@ def source_inputs(tokenizer, strings, max_source_tokens: int) -> dict:
     ext = al.extended_source_ids(
         ids, tokenizer.keys(words), UNK, tokenizer.vocab_size, mask=mask
     )
-    return {"ids": ids, "ext": tf.cast(ext, tf.int32), "words": words}
+    return {
+        "ids": ids,
+        "ext": tf.cast(ext, tf.int32),
+        "words": words,
+        "source_length": source_length,
+    }
 
 
 def summarize(
@@ -66,8 +74,11 @@ def summarize(
     ``length_penalty`` and ``min_length`` may be tensors (serving inputs).
     Returns ``summary [B]`` strings, ``score [B]`` (``log P / lp``),
     ``length [B]`` (end token included), ``attention [B, T, S]``, ``p_gen
-    [B, T]`` (zeros after the end), ``source_tokens [B, S]`` and
-    ``summary_tokens [B, T]`` (words; copies as the source's words).
+    [B, T]`` (zeros after the end), ``source_tokens [B, S]`` (the words
+    read), ``source_length [B]`` (the words of the text), ``truncated [B]``
+    (true where the text had more words than ``max_source_tokens`` and its
+    end was not read) and ``summary_tokens [B, T]`` (words; copies as the
+    source's words).
     """
     source = source_inputs(tokenizer, strings, max_source_tokens)
     encoded = tile_beams(model.encode(source["ids"], source["ext"]), beam_width)
@@ -92,5 +103,7 @@ def summarize(
         "attention": attention,
         "p_gen": p_gen,
         "source_tokens": source["words"],
+        "source_length": source["source_length"],
+        "truncated": source["source_length"] > max_source_tokens,
         "summary_tokens": tokenizer.extended_id_to_token(tokens, source["words"]),
     }

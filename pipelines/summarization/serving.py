@@ -12,7 +12,9 @@ zero attention and ``p_gen``; an empty batch gives empty outputs. A
 ``beam_width`` outside ``[1, decode.beam_width]``, a ``length_penalty`` that
 is negative or not finite, a ``min_length`` outside ``[0,
 tokenizer.max_target_tokens]``, invalid UTF-8 or an input of the wrong rank
-is an ``InvalidArgument`` that names the input.
+is an ``InvalidArgument`` that names the input. A text longer than
+``tokenizer.max_source_tokens`` words is read up to there: ``truncated``
+says so, ``source_length`` counts its words.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ SAMPLES = {
 
 
 def samples_for(config) -> list[str]:
-    corpus = config.data.corpus.split(":", 1)[0]
-    return SAMPLES.get(corpus, SAMPLES["debian"])
+    name = config.data.source.split(":", 1)[0]
+    return SAMPLES.get(name, SAMPLES["debian"])
 
 
 class Summarizer(ServingModule):
@@ -122,30 +124,37 @@ class Summarizer(ServingModule):
         return self._traced
 
     def signatures(self) -> dict:
-        """``serving_default``: ``text [B]`` and three optional scalars.
+        """``serving_default`` takes ``text [B]`` alone (the run's decoding
+        options); ``with_options`` takes ``text`` and the per-request
+        ``beam_width``, ``length_penalty`` and ``min_length``.
 
         Inputs are declared with unknown shapes and checked in the graph (a
-        C client may feed any shape); ``beam_width``, ``length_penalty`` and
-        ``min_length`` have defaults in the SignatureDef.
+        C client may feed any shape); the options have defaults in the
+        SignatureDef, so TF Serving and C clients may leave them out.
         """
         beams = tf.constant(self.default_beam_width, tf.int32)
         alpha = tf.constant(self.default_length_penalty, tf.float32)
         shortest = tf.constant(self.default_min_length, tf.int32)
+        text = tf.TensorSpec(None, tf.string, name="text")
+
+        @tf.function(input_signature=[text])
+        def serving_default(text):
+            return self.summarize(text)
 
         @tf.function(
             input_signature=[
-                tf.TensorSpec(None, tf.string, name="text"),
+                text,
                 tf.TensorSpec(None, tf.int32, name="beam_width"),
                 tf.TensorSpec(None, tf.float32, name="length_penalty"),
                 tf.TensorSpec(None, tf.int32, name="min_length"),
             ]
         )
-        def serving_default(
+        def with_options(
             text, beam_width=beams, length_penalty=alpha, min_length=shortest
         ):
             return self.summarize(text, beam_width, length_penalty, min_length)
 
-        return {"serving_default": serving_default}
+        return {"serving_default": serving_default, "with_options": with_options}
 
     def warmup_requests(self) -> list[dict]:
         import numpy as np

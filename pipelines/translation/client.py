@@ -12,6 +12,7 @@ from pipelines.core.client import (
     Client,
     add_beam_widths,
     add_search_arguments,
+    options_signature,
     search_feed,
 )
 
@@ -39,13 +40,19 @@ class TranslationClient(Client):
 
         from pipelines.core.serving import call_export
 
-        feed = {"source": np.array(inputs, dtype=object)}
-        feed.update(search_feed(args))
-        out = call_export(export_dir, feed)
-        for text, translation, score in zip(
-            inputs, out["translation"], out["score"], strict=True
-        ):
-            print(f"{text}\n  -> {translation.decode('utf-8')}   (score {score:.3f})")
+        options = search_feed(args)
+        feed = {"source": np.array(inputs, dtype=object), **options}
+        out = call_export(export_dir, feed, options_signature(options))
+        cut = out.get("truncated", np.zeros(len(inputs), bool))
+        for text, translation, score, truncated, read in zip(
+            inputs, out["translation"], out["score"], cut,
+            (out["source_tokens"] != b"[PAD]").sum(1), strict=True,
+        ):  # fmt: skip
+            note = f"; read the first {read} tokens only" if truncated else ""
+            print(
+                f"{text}\n  -> {translation.decode('utf-8')}   "
+                f"(score {score:.3f}{note})"
+            )
         if args.plot:
             from pipelines.core.plots import alignment_heatmap
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pipelines.core import config as core_config
 from pipelines.core.config import (
@@ -29,9 +29,9 @@ from pipelines.core.config import (
 
 @dataclass
 class DataConfig(core_config.SplitConfig):
-    """Which corpus, how to filter it and how to split it."""
+    """Which corpus (``source``), how to filter it and how to split it."""
 
-    corpus: str = "dates"  # see pipelines.translation.corpus.SPECS
+    source: str = "dates"  # see pipelines.translation.corpus.SPECS
     max_source_words: int = field(default=60, metadata=POSITIVE)
     max_target_words: int = field(default=60, metadata=POSITIVE)
     valid_fraction: float = core_config.fraction(0.05)
@@ -77,11 +77,13 @@ class TranslationConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
+    RENAMED: ClassVar[dict[str, str]] = {"data.corpus": "data.source"}
+
 
 def _dates() -> TranslationConfig:
     return TranslationConfig(
         name="dates",
-        data=DataConfig(corpus="dates:22000", split_key="target", test_fraction=0.05),
+        data=DataConfig(source="dates:22000", split_key="target", test_fraction=0.05),
         tokenizer=TokenizerConfig(
             kind="char", max_source_tokens=48, max_target_tokens=11
         ),
@@ -104,7 +106,7 @@ def _dates() -> TranslationConfig:
 def _bible() -> TranslationConfig:
     return TranslationConfig(
         name="bible",
-        data=DataConfig(corpus="bible", max_source_words=60, max_target_words=60),
+        data=DataConfig(source="bible", max_source_words=60, max_target_words=60),
         tokenizer=TokenizerConfig(
             kind="subword", vocab_size=4000, max_source_tokens=96, max_target_tokens=96
         ),
@@ -129,14 +131,14 @@ def _bible_none() -> TranslationConfig:
 def _ding() -> TranslationConfig:
     bible = _bible()
     return dataclasses.replace(
-        bible, name="ding", data=dataclasses.replace(bible.data, corpus="ding")
+        bible, name="ding", data=dataclasses.replace(bible.data, source="ding")
     )
 
 
 def _tiny() -> TranslationConfig:
     return TranslationConfig(
         name="tiny",
-        data=DataConfig(corpus="dates:600", split_key="target", test_fraction=0.1),
+        data=DataConfig(source="dates:600", split_key="target", test_fraction=0.1),
         tokenizer=TokenizerConfig(
             kind="char", max_source_tokens=40, max_target_tokens=11
         ),

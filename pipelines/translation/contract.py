@@ -12,6 +12,8 @@ from pipelines.translation.serving import samples_for
 
 
 class TranslationContract(ContractCases):
+    main_inputs = ("source",)
+
     def requests(self, config) -> list[dict]:
         texts = np.array(samples_for(config), dtype=object)
         widest = config.decode.beam_width
@@ -82,6 +84,6 @@ class TranslationContract(ContractCases):
         empty = Path(folder) / "empty.tsv"
         empty.write_text("")
         return {
-            "empty_file": DataCase([f"data.corpus=tsv:{empty}"], str(empty)),
+            "empty_file": DataCase([f"data.source=tsv:{empty}"], str(empty)),
             "empty_valid": DataCase(["data.valid_fraction=0.0"]),
         }

@@ -25,16 +25,16 @@ def corpus_files(spec: str) -> str:
 
 
 def load_data(config) -> Data:
-    """Pairs of ``config.data.corpus``: limited, length-filtered, split.
+    """Pairs of ``config.data.source``: limited, length-filtered, split.
 
     Raises `PipelineError` when the corpus holds no pairs, or none survive
     the length filter.
     """
     data = config.data
-    pairs = load_corpus(data.corpus)
+    pairs = load_corpus(data.source)
     if not pairs:
-        raise PipelineError(f"data: no examples in {corpus_files(data.corpus)}.")
-    notes = [f"read {len(pairs)} pairs from {data.corpus}"]
+        raise PipelineError(f"data: no examples in {corpus_files(data.source)}.")
+    notes = [f"read {len(pairs)} pairs from {data.source}"]
     if data.limit and len(pairs) > data.limit:
         notes.append(f"kept the first {data.limit} (data.limit)")
         pairs = pairs[: data.limit]
@@ -56,7 +56,7 @@ def load_data(config) -> Data:
         )
     if not kept:
         raise PipelineError(
-            f"data: no pairs of {corpus_files(data.corpus)} are left after the "
+            f"data: no pairs of {corpus_files(data.source)} are left after the "
             f"filters ({'; '.join(notes[1:])})."
         )
     splits = split_pairs(

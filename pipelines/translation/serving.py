@@ -11,7 +11,8 @@ no tokens (``""``, only spaces) translates to ``""`` with score 0, length 0
 and zero alignment; an empty batch gives empty outputs. A length penalty
 that is negative or not finite, a beam width outside ``[1, decode.beam_width]``,
 invalid UTF-8 or an input of the wrong rank is an ``InvalidArgument`` that
-names the input.
+names the input. A source longer than ``tokenizer.max_source_tokens`` is
+read up to there: ``truncated`` says so, ``source_length`` counts its tokens.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ SAMPLES = {
 
 
 def samples_for(config) -> list[str]:
-    corpus = config.data.corpus.split(":", 1)[0]
-    return SAMPLES.get(corpus, SAMPLES["bible"])
+    name = config.data.source.split(":", 1)[0]
+    return SAMPLES.get(name, SAMPLES["bible"])
 
 
 class Translator(ServingModule):
@@ -58,12 +59,15 @@ class Translator(ServingModule):
             self.compiled_decode_ids = xla(self.decode_ids)
 
     # -- pieces -----------------------------------------------------------
-    def source_ids(self, strings) -> tf.Tensor:
-        """``[B, S]`` int32 ids, cut at ``max_source_tokens``, 0-padded."""
-        ids = self.source_tokenizer.tokenize(strings)[:, : self.max_source]
-        ids = ids.to_tensor(default_value=PAD)
+    def source_ids(self, strings) -> tuple[tf.Tensor, tf.Tensor]:
+        """``[B, S]`` int32 ids, cut at ``max_source_tokens``, 0-padded, and
+        ``[B]`` the tokens of each string before the cut."""
+        ids = self.source_tokenizer.tokenize(strings)
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        ids = ids[:, : self.max_source].to_tensor(default_value=PAD)
         # An all-empty batch still gets one (padding) column.
-        return tf.pad(ids, [[0, 0], [0, 1]])[:, : tf.maximum(tf.shape(ids)[1], 1)]
+        ids = tf.pad(ids, [[0, 0], [0, 1]])[:, : tf.maximum(tf.shape(ids)[1], 1)]
+        return ids, lengths
 
     def checked_options(self, beam_width, length_penalty):
         return checked_search_options(beam_width, length_penalty, self.max_beams)
@@ -126,7 +130,7 @@ class Translator(ServingModule):
             length_penalty = self.default_length_penalty
         strings = checked_strings("source", strings)
         beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
-        source_ids = self.source_ids(strings)
+        source_ids, source_length = self.source_ids(strings)
         out = self.decode(source_ids, beam_width, length_penalty)
         tokens = out["tokens"]
         return {
@@ -135,10 +139,12 @@ class Translator(ServingModule):
             "length": out["lengths"],
             "alignment": out["alignments"],
             "source_tokens": self.source_tokenizer.id_to_token(source_ids),
+            "source_length": source_length,
+            "truncated": source_length > self.max_source,
             "target_tokens": self.target_tokenizer.id_to_token(tokens),
         }
 
-    def translate_ids(self, source_ids, beam_width, length_penalty) -> dict:
+    def translate_token_ids(self, source_ids, beam_width, length_penalty) -> dict:
         source_ids = checked_ids(
             "source_ids", source_ids, self.source_tokenizer.vocab_size
         )
@@ -153,33 +159,43 @@ class Translator(ServingModule):
 
     # -- the export ---------------------------------------------------------
     def signatures(self) -> dict:
-        """``serving_default`` (raw strings) and ``translate_ids`` (token ids).
+        """``serving_default`` takes ``source`` alone (the run's decoding
+        options); ``with_options`` takes ``source`` and the per-request
+        ``beam_width`` and ``length_penalty``; ``translate_ids`` takes token
+        ids and the options.
 
         Inputs are declared with unknown shapes and checked in the graph (a C
-        client may feed any shape). ``beam_width`` and ``length_penalty``
-        have defaults in the SignatureDef (``PlaceholderWithDefault``), so a
-        client may leave them out.
+        client may feed any shape). The options have defaults in the
+        SignatureDef (``PlaceholderWithDefault``), so TF Serving and C clients
+        may leave them out.
         """
         beams = tf.constant(self.default_beam_width, tf.int32)
         alpha = tf.constant(self.default_length_penalty, tf.float32)
+        source = tf.TensorSpec(None, tf.string, name="source")
         options = [
             tf.TensorSpec(None, tf.int32, name="beam_width"),
             tf.TensorSpec(None, tf.float32, name="length_penalty"),
         ]
 
-        @tf.function(
-            input_signature=[tf.TensorSpec(None, tf.string, name="source")] + options
-        )
-        def serving_default(source, beam_width=beams, length_penalty=alpha):
+        @tf.function(input_signature=[source])
+        def serving_default(source):
+            return self.translate(source)
+
+        @tf.function(input_signature=[source, *options])
+        def with_options(source, beam_width=beams, length_penalty=alpha):
             return self.translate(source, beam_width, length_penalty)
 
         @tf.function(
             input_signature=[tf.TensorSpec(None, tf.int32, name="source_ids")] + options
         )
         def translate_ids(source_ids, beam_width=beams, length_penalty=alpha):
-            return self.translate_ids(source_ids, beam_width, length_penalty)
+            return self.translate_token_ids(source_ids, beam_width, length_penalty)
 
-        return {"serving_default": serving_default, "translate_ids": translate_ids}
+        return {
+            "serving_default": serving_default,
+            "with_options": with_options,
+            "translate_ids": translate_ids,
+        }
 
     def warmup_requests(self) -> list[dict]:
         import numpy as np

@@ -87,7 +87,8 @@ class Case:
     def export_dir(self) -> Path:
         from pipelines.core.serving import latest_version
 
-        return latest_version(self.run_dir / "serving" / self.config.name)
+        # demo exports to <run>/serving/<the run folder's name>/
+        return latest_version(self.run_dir / "serving" / self.run_dir.name)
 
     @property
     def config(self):
@@ -107,14 +108,30 @@ class Case:
         return self._cache["module"]
 
     def reference(self, feed: dict) -> dict:
-        """The in-process module's ``serving_default`` outputs for ``feed``."""
+        """The in-process module's outputs for ``feed``: ``serving_default``
+        for the main inputs alone, ``with_options`` for a feed with options."""
         import tensorflow as tf
 
         _, signatures = self.module()
-        out = signatures["serving_default"](
+        out = signatures[route(signatures, feed)](
             **{k: tf.constant(v) for k, v in feed.items()}
         )
         return {k: v.numpy() for k, v in out.items()}
+
+    @property
+    def main_inputs(self) -> set[str]:
+        return set(self.task.contract.main_inputs)
+
+    def main_feed(self, feed: dict) -> dict:
+        """``feed`` without its options: the main inputs alone."""
+        return {k: v for k, v in feed.items() if k in self.main_inputs}
+
+
+def route(signatures, feed: dict) -> str:
+    """``serving_default`` where it takes every input of ``feed`` (the main
+    inputs alone), else ``with_options`` (the per-request options)."""
+    takes = {spec.name for spec in signatures["serving_default"].input_signature}
+    return "serving_default" if set(feed) <= takes else "with_options"
 
 
 def train_case(name: str, root: Path) -> Case:
@@ -138,8 +155,9 @@ def assert_outputs_equal(got: dict, expected: dict, where: str) -> None:
 
 # A process where this project cannot be imported: TensorFlow and
 # tensorflow-text only, like any client of the SavedModel. Runs each request
-# (inputs left out take the SignatureDef's defaults) and records the outputs
-# or the error.
+# (the main inputs alone through serving_default, with options through
+# with_options, whose inputs left out take the SignatureDef's defaults) and
+# records the outputs or the error.
 FRESH = textwrap.dedent(
     """
     import pickle, sys
@@ -153,16 +171,18 @@ FRESH = textwrap.dedent(
     with open(requests_path, "rb") as f:
         requests = pickle.load(f)
     meta = saved_model_utils.get_meta_graph_def(export_dir, "serve")
-    defaults = {
-        k: tf.make_ndarray(v)
-        for k, v in meta.signature_def["serving_default"].defaults.items()
-    }
-    fn = tf.saved_model.load(export_dir).signatures["serving_default"]
+    signatures = tf.saved_model.load(export_dir).signatures
+    main = set(meta.signature_def["serving_default"].inputs)
     results = []
     for feed in requests:
+        name = "serving_default" if set(feed) <= main else "with_options"
+        defaults = {
+            k: tf.make_ndarray(v)
+            for k, v in meta.signature_def[name].defaults.items()
+        }
         feed = {**defaults, **feed}
         try:
-            out = fn(**{k: tf.constant(v) for k, v in feed.items()})
+            out = signatures[name](**{k: tf.constant(v) for k, v in feed.items()})
             results.append({"ok": {k: v.numpy() for k, v in out.items()}})
         except tf.errors.InvalidArgumentError as error:
             results.append({"error": error.message})

@@ -244,7 +244,7 @@ def test_story_shapes(generated):
     assert set(lengths[15]) == {8}
     assert 20 <= statistics.median(lengths[3]) <= 60
     long_story = generate_task(3, 2000, seed=5)
-    assert max(len(e.story) for e in long_story) <= babi.MAX_CONTEXT == 130
+    assert max(len(e.story) for e in long_story) <= babi.MAX_STORY == 130
     # Stories are statements, never questions; some actors go back somewhere.
     for examples in generated.values():
         for example in examples:
@@ -391,15 +391,15 @@ def _write(tmp_path: Path, *lines: str) -> Path:
     return path
 
 
-def test_read_qa_jsonl_both_context_forms(tmp_path):
+def test_read_qa_jsonl_both_story_forms(tmp_path):
     rows = [
         {
-            "context": "Bob is in Paris.\n\n  Bob took the train. \n",
+            "story": "Bob is in Paris.\n\n  Bob took the train. \n",
             "question": "Where is Bob?",
             "answer": " Paris ",
             "supporting": [1, 0],
         },
-        {"context": ["The sky is blue."], "question": "Sky?", "answer": "blue"},
+        {"story": ["The sky is blue."], "question": "Sky?", "answer": "blue"},
     ]
     path = _write(tmp_path, json.dumps(rows[0]), "", "  ", json.dumps(rows[1]))
     first, second = read_qa_jsonl(path)
@@ -410,7 +410,7 @@ def test_read_qa_jsonl_both_context_forms(tmp_path):
     assert format_story(first) == "Bob is in Paris.\nBob took the train."
 
 
-GOOD = {"context": ["A.", "B."], "question": "Q?", "answer": "a"}
+GOOD = {"story": ["A.", "B."], "question": "Q?", "answer": "a"}
 
 
 @pytest.mark.parametrize(
@@ -420,19 +420,23 @@ GOOD = {"context": ["A.", "B."], "question": "Q?", "answer": "a"}
         ("[1, 2]", ["expected a JSON object", "received array [1, 2]"]),
         (
             json.dumps({"question": "Q?", "answer": "a"}),
-            ['field "context"', "expected a string", "received nothing"],
+            ['field "story"', "expected a string", "received nothing"],
         ),
-        (json.dumps({**GOOD, "context": 3}), ['field "context"', "received number 3"]),
+        (json.dumps({**GOOD, "story": 3}), ['field "story"', "received number 3"]),
         (
-            json.dumps({**GOOD, "context": ["A.", 2]}),
-            ['field "context[1]"', "non-blank sentence", "received number 2"],
+            json.dumps({**GOOD, "story": ["A.", 2]}),
+            ['field "story[1]"', "non-blank sentence", "received number 2"],
         ),
         (
-            json.dumps({**GOOD, "context": " \n "}),
-            ['field "context"', "at least one sentence"],
+            json.dumps({**GOOD, "story": " \n "}),
+            ['field "story"', "at least one sentence"],
+        ),
+        (
+            json.dumps({**GOOD, "context": ["A."]}),
+            ['field "context"', 'only "story"', "not both"],
         ),
         (json.dumps({**GOOD, "question": None}), ['field "question"', "received null"]),
-        (json.dumps({k: GOOD[k] for k in ("context", "question")}), ['"answer"']),
+        (json.dumps({k: GOOD[k] for k in ("story", "question")}), ['"answer"']),
         (json.dumps({**GOOD, "answer": ""}), ['field "answer"', 'received string ""']),
         (
             json.dumps({**GOOD, "supporting": 1}),

@@ -293,7 +293,7 @@ def test_served_captions_follow_the_teacher_forced_model(untrained):
     alignments, row-major over the grid, zero after [END]."""
     config, data, tokenizer, model, module = untrained
     examples = data.test[:6]
-    fn = module.signatures()["serving_default"]
+    fn = module.signatures()["with_options"]
     out = fn(image=tf.constant([e.image for e in examples]),
              beam_width=tf.constant(1), length_penalty=tf.constant(0.0))  # fmt: skip
     out = {k: v.numpy() for k, v in out.items()}
@@ -335,7 +335,7 @@ def test_served_captions_follow_the_teacher_forced_model(untrained):
 def test_greedy_and_beam_decoding_return_the_same_fields(untrained):
     config, data, _, _, module = untrained
     images = tf.constant([e.image for e in data.test[:3]])
-    fn = module.signatures()["serving_default"]
+    fn = module.signatures()["with_options"]
     greedy = fn(
         image=images, beam_width=tf.constant(1), length_penalty=tf.constant(0.0)
     )
@@ -361,8 +361,8 @@ def test_an_xla_compiled_search_captions_as_the_plain_one(untrained):
     )
     assert compiled.compiles_decoding
     images = tf.constant([e.image for e in data.test[:3]])
-    plain_fn = module.signatures()["serving_default"]
-    xla_fn = compiled.signatures()["serving_default"]
+    plain_fn = module.signatures()["with_options"]
+    xla_fn = compiled.signatures()["with_options"]
     for width, batch in ((1, images), (3, images), (1, images[:0])):
         options = {"beam_width": tf.constant(width), "length_penalty": tf.constant(0.0)}
         want, got = plain_fn(image=batch, **options), xla_fn(image=batch, **options)
@@ -612,7 +612,7 @@ def test_a_transformer_decoder_serves_what_it_reads_teacher_forced():
     model = TASK.build_model(config, tokenizer)
     module = TASK.serving_module(model, tokenizer, config)
     images = [e.image for e in data.test[:2]]
-    out = module.signatures()["serving_default"](
+    out = module.signatures()["with_options"](
         image=tf.constant(images), beam_width=tf.constant(1)
     )
     pixels = decode_images(tf.constant(images), config.image)

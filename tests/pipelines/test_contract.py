@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from tests.pipelines.contract import (
     assert_outputs_equal,
     cli,
     history_epochs,
+    route,
     run_state,
 )
 
@@ -113,10 +115,99 @@ def test_warmup_requests_are_served_requests(case):
     from pipelines.cloader import signature_tensors
 
     inputs, _ = signature_tensors(case.export_dir)
+    assert set(inputs) == case.main_inputs  # serving_default: the main inputs
     for log in logs:
         request = log.predict_log.request
         assert request.model_spec.signature_name == "serving_default"
-        assert set(request.inputs) <= set(inputs)
+        assert set(request.inputs) == set(inputs)
+
+
+# -- 2, 3 and 9. the main input alone, on every path ------------------------------
+
+# A fresh process without this library calls serving_default with the main
+# inputs alone: its signature, the loaded object's function, and TF Serving's
+# REST bodies as the server reads them (the row format stacks each instance's
+# named inputs along a batch axis, the column format takes each input as it
+# is; scalars cannot be rows, hence the options' own signature).
+MAIN_ONLY = textwrap.dedent(
+    """
+    import json, pickle, sys
+    sys.modules["attention_layers"] = None
+    sys.modules["pipelines"] = None
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    export_dir, feed_path, out_path, rest = sys.argv[1:]
+    with open(feed_path, "rb") as f:
+        feed = pickle.load(f)
+    loaded = tf.saved_model.load(export_dir)
+
+    def run(fn, inputs):
+        out = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in out.items()}
+
+    def rows(body, names):
+        instances = json.loads(body)["instances"]
+        return {k: np.array([i[k] for i in instances], object) for k in names}
+
+    def columns(body):
+        return {k: np.array(v, object) for k, v in json.loads(body)["inputs"].items()}
+
+    serving_default = loaded.signatures["serving_default"]
+    results = {
+        "signature": run(serving_default, feed),
+        "function": run(loaded.serving_default, feed),
+    }
+    if rest == "rest":  # text inputs (image bytes go to REST as {"b64": ...})
+        names = sorted(feed)
+        text = {k: [str(x, "utf-8") if isinstance(x, bytes) else str(x) for x in v]
+                for k, v in feed.items()}
+        instances = [dict(zip(names, r)) for r in zip(*(text[k] for k in names))]
+        body = json.dumps({"instances": instances})
+        results["rest rows"] = run(serving_default, rows(body, names))
+        body = json.dumps({"inputs": text})
+        results["rest columns"] = run(serving_default, columns(body))
+    if hasattr(loaded, "with_options"):
+        results["with_options function"] = run(loaded.with_options, feed)
+    with open(out_path, "wb") as f:
+        pickle.dump(results, f)
+    """
+)
+
+
+def test_the_main_input_alone_is_answered_on_every_path(case, tmp_path):
+    """A request that holds only the main inputs (no option) is answered by
+    ``serving_default`` in a process without this library (its signature,
+    the loaded object's function, TF Serving's REST rows and columns) and by
+    TF's C++ loader, as the in-process module answers it."""
+    import pickle
+
+    from pipelines import cloader
+
+    good, _ = _requests(case)
+    feed = case.main_feed(good[0])
+    assert set(feed) == case.main_inputs, sorted(feed)
+    expected = case.reference(feed)
+    feed_path, out_path = tmp_path / "feed.pkl", tmp_path / "out.pkl"
+    feed_path.write_bytes(pickle.dumps(feed))
+    env = {k: v for k, v in QUIET.items() if k != "PYTHONPATH"}
+    text = case.name != "captioning"
+    proc = subprocess.run(
+        [sys.executable, "-c", MAIN_ONLY, str(case.export_dir), str(feed_path),
+         str(out_path), "rest" if text else "no rest"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = pickle.loads(out_path.read_bytes())
+    assert ("rest rows" in results) == text
+    if case.name in ("translation", "summarization", "captioning"):
+        assert "with_options function" in results
+    for where, got in results.items():
+        assert_outputs_equal(got, expected, where)
+    (response,) = cloader.serve(case.export_dir, [feed], workdir=tmp_path)
+    assert response.ok, response.message[:500]
+    assert_outputs_equal(response.outputs, expected, "C loader, main input alone")
 
 
 # -- 2 and 9. served where the library cannot be imported ------------------------
@@ -163,7 +254,10 @@ def _c_loader(case, tmp_path):
         requests = list(good)
         for item in bad:
             requests += [item.feed, good[0]]
-        case._cache["c"] = cloader.serve(case.export_dir, requests, workdir=tmp_path)
+        signature = route(case.module()[1], {k: 0 for feed in good for k in feed})
+        case._cache["c"] = cloader.serve(
+            case.export_dir, requests, workdir=tmp_path, signature=signature
+        )
     return case._cache["c"]
 
 
@@ -174,13 +268,12 @@ def test_c_loader_serves_every_string_input(case, tmp_path):
 
     good, _ = _requests(case)
     meta = saved_model_utils.get_meta_graph_def(str(case.export_dir), "serve")
+    signature = route(case.module()[1], {k: 0 for feed in good for k in feed})
     strings = {
-        k
-        for k, v in meta.signature_def["serving_default"].inputs.items()
-        if v.dtype == 7
+        k for k, v in meta.signature_def[signature].inputs.items() if v.dtype == 7
     }
     assert strings and strings <= {k for feed in good for k in feed}, strings
-    inputs, _ = signature_tensors(case.export_dir)
+    inputs, _ = signature_tensors(case.export_dir, signature)
     assert {k for feed in good for k in feed} == set(inputs)  # every input fed
     responses = _c_loader(case, tmp_path)
     for i, feed in enumerate(good):
@@ -488,13 +581,18 @@ def _skip_example(case) -> None:
         pytest.skip("the example task runs the contract's task clauses only")
 
 
+# Epochs enough that a fast task (qa's tiny epoch: ~0.1 s) is still training
+# when the kill comes, after its second epoch.
+EPOCHS = 8
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_without_losing_an_epoch(case, tmp_path):
     _skip_example(case)
     run = tmp_path / "run"
     command = [
         sys.executable, "-m", "pipelines.cli", case.name, "train", *TINY,
-        "--run-dir", str(run), "--set", "train.epochs=4",
+        "--run-dir", str(run), "--set", f"train.epochs={EPOCHS}",
         "--set", "train.early_stopping_patience=10",
     ]  # fmt: skip
     proc = subprocess.Popen(
@@ -503,8 +601,8 @@ def test_killed_run_resumes_without_losing_an_epoch(case, tmp_path):
     deadline = time.time() + 600
     while len(history_epochs(run)) < 2 and time.time() < deadline:
         assert proc.poll() is None, "training ended before it could be killed"
-        time.sleep(0.2)
-    time.sleep(0.5)  # into the third epoch
+        time.sleep(0.05)
+    time.sleep(0.1)  # into the third epoch (a tiny qa epoch takes ~0.1 s)
     proc.send_signal(signal.SIGKILL)  # no clean-up, like a lost machine
     proc.wait()
     done = history_epochs(run)
@@ -516,10 +614,10 @@ def test_killed_run_resumes_without_losing_an_epoch(case, tmp_path):
     assert finished.returncode == 0, finished.stderr[-3000:]
     last = int(backups[-1].split("-")[1])
     assert f"Resuming after epoch {last}" in finished.stdout
-    assert history_epochs(run) == [0, 1, 2, 3]
+    assert history_epochs(run) == list(range(EPOCHS))
     state = run_state(run)
-    steps = state["optimizer_iterations"] // 4
-    assert state["optimizer_iterations"] == 4 * steps and steps > 0
+    steps = state["optimizer_iterations"] // EPOCHS
+    assert state["optimizer_iterations"] == EPOCHS * steps and steps > 0
 
 
 @pytest.mark.slow

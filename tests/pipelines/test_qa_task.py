@@ -15,7 +15,7 @@ import tensorflow as tf
 from pipelines.core.config import apply_overrides
 from pipelines.core.errors import PipelineError
 from pipelines.qa import data as qa_data
-from pipelines.qa.babi import QAExample, format_story
+from pipelines.qa.babi import QAExample, format_story, split_story
 from pipelines.qa.client import split_input
 from pipelines.qa.config import PRESETS, preset
 from pipelines.qa.evaluate import attention_hits, evaluate
@@ -50,6 +50,26 @@ def _serve(module, stories, questions):
     fn = module.signatures()["serving_default"]
     out = fn(story=tf.constant(stories), question=tf.constant(questions))
     return {k: v.numpy() for k, v in out.items()}
+
+
+def test_a_story_on_one_line_is_answered_as_one_sentence_per_line(setup):
+    """The export splits a story's sentences in the graph as ``predict``
+    does: one line, one sentence per line and ``split_input``'s pieces give
+    the same memories, answer, score and attention."""
+    *_, module = setup
+    text = "Mary moved to the bathroom. John went to the hallway! Is it?  No.\n"
+    lines = "Mary moved to the bathroom.\nJohn went to the hallway!\nIs it?\nNo."
+    story, question = split_input(text + " Where is Mary?")
+    assert story == lines
+    one, many = (_serve(module, [s], ["where is mary?"]) for s in (text, lines))
+    assert one["sentences"][0].tolist() == [
+        b"Mary moved to the bathroom.",
+        b"John went to the hallway!",
+        b"Is it?",
+        b"No.",
+    ]
+    for key, value in many.items():
+        np.testing.assert_array_equal(one[key], value, err_msg=key)
 
 
 def test_answer_ids_share_word_ids_and_extend_the_vocabulary():
@@ -152,19 +172,20 @@ def test_served_answers_equal_the_trained_encoding(setup):
         assert [s.decode() for s in out["sentences"][i, :n]] == list(e.story)
 
 
-def test_served_sentences_are_the_non_empty_lines(setup):
-    """One line, one memory, as in training: two sentences on a line are one."""
+def test_served_sentences_are_the_sentences_training_reads(setup):
+    """One sentence, one memory, as in training: a line break or ``.``,
+    ``!``, ``?`` before white space ends one; blank lines are no memory."""
     *_, module = setup
-    out = _serve(
-        module,
-        ["Mary went to the garden. John moved to the office.\n\n  Mary went back "
-         "to the kitchen.  "],
-        ["Where is Mary?"],
-    )  # fmt: skip
-    assert [s.decode() for s in out["sentences"][0]] == [
-        "Mary went to the garden. John moved to the office.",
+    story = ("Mary went to the garden. John moved to the office.\n\n  Mary went "
+             "back to the kitchen.  ")  # fmt: skip
+    out = _serve(module, [story], ["Where is Mary?"])
+    expected = [
+        "Mary went to the garden.",
+        "John moved to the office.",
         "Mary went back to the kitchen.",
     ]
+    assert [s.decode() for s in out["sentences"][0]] == expected
+    assert split_story(story) == expected
     np.testing.assert_allclose(out["attention"][0].sum(-1), 1.0, rtol=1e-5)
 
 

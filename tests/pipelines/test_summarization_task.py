@@ -58,13 +58,13 @@ def test_data_filters_are_reported_and_unknown_corpora_named(tmp_path):
     path.write_text("one two three\tone\n\tempty\nfour five six seven\tfour five\n")
     config = apply_overrides(
         preset("tiny"),
-        [f"data.corpus=tsv:{path}", "data.max_source_words=3", "data.test_fraction=0"],
+        [f"data.source=tsv:{path}", "data.max_source_words=3", "data.test_fraction=0"],
     )
     data = summarization_data.load_data(config)
     assert data.train + data.valid == [("one two three", "one")]
     assert "dropped 1 pairs with an empty side" in data.notes
     assert any("dropped 1 pairs over 3 document" in note for note in data.notes)
-    config = apply_overrides(preset("tiny"), ["data.corpus=news"])
+    config = apply_overrides(preset("tiny"), ["data.source=news"])
     with pytest.raises(PipelineError, match="unknown corpus 'news'; valid forms: de"):
         summarization_data.load_data(config)
 

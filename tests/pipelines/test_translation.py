@@ -120,8 +120,8 @@ def test_an_xla_export_serves_what_the_plain_one_does(case, tmp_path, capfd):
         {"source": texts[:1], "beam_width": np.int32(1)},
         {"source": np.array([], dtype=object)},
     ]
-    plain = cloader.serve(case.export_dir, requests)
-    compiled = cloader.serve(base / "xla" / "1", requests)
+    plain = cloader.serve(case.export_dir, requests, signature="with_options")
+    compiled = cloader.serve(base / "xla" / "1", requests, signature="with_options")
     for want, got in zip(plain, compiled, strict=True):
         assert got.ok, got.message
         assert set(got.outputs) == set(want.outputs)
@@ -149,7 +149,7 @@ def test_data_summary_counts_what_was_dropped_and_cut(tmp_path):
     from pipelines.core.config import apply_overrides
 
     config = apply_overrides(
-        preset("tiny"), [f"data.corpus=tsv:{path}", "data.max_source_words=5"]
+        preset("tiny"), [f"data.source=tsv:{path}", "data.max_source_words=5"]
     )
     data = load_data(config)
     assert data.notes == [
@@ -228,7 +228,7 @@ def test_every_architecture_trains_exports_and_translates(name, tmp_path):
     _, tokenizers, model = load_trained(TASK, tmp_path / "run")
     translator = TASK.serving_module(model, tokenizers, config)
     path = publish(translator, translator.signatures(), tmp_path / "serving", name)
-    served = tf.saved_model.load(str(path)).signatures["serving_default"]
+    served = tf.saved_model.load(str(path)).signatures["with_options"]
     for beams in (1, 3):
         expected = translator.translate(SAMPLES, beams, 0.5)
         got = served(
