@@ -81,8 +81,29 @@ def _trained_config(task, run_dir, overrides):
     return changed
 
 
+def smoke_test_note(task, config) -> str | None:
+    """The line ``train`` and ``demo`` print first for a smoke-test preset
+    (``tiny``, ``tiny-*``), which runs every stage but learns nothing; None
+    for any other configuration."""
+    name = config.name
+    if name != "tiny" and not name.startswith("tiny-"):
+        return None
+    return (
+        f"{name} is a smoke test: too small and too short to learn the task; "
+        f"`attention-pipelines {task.name} demo` (no --config) gives a "
+        "meaningful result."
+    )
+
+
+def _say_if_smoke_test(task, config) -> None:
+    note = smoke_test_note(task, config)
+    if note:
+        print(note, flush=True)
+
+
 def cmd_train(task, args) -> None:
     config = _config(task, args)
+    _say_if_smoke_test(task, config)
     run_dir = _run_dir(task, args, config)
     if args.workers and os.environ.get("TF_CONFIG"):
         raise ValueError(
@@ -207,6 +228,7 @@ def cmd_demo(task, args) -> None:
 
     t0 = time.time()
     config = _config(task, args)
+    _say_if_smoke_test(task, config)
     run_dir = _run_dir(task, args, config)
     train(task, config, run_dir, overwrite=args.overwrite)
     args.split, args.limit, args.set = "test", None, []

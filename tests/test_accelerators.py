@@ -122,26 +122,34 @@ def test_fused_scores_equal_the_formula_with_gradients(coverage, budget):
 
 
 def test_fused_computes_in_float32_under_mixed_bfloat16():
-    q = RNG.normal(size=(2, 5, 8)).astype("float32")
-    v = RNG.normal(size=(2, 6, 8)).astype("float32")
-    reference = al.BahdanauAttention(units=16, implementation="fused")
-    half = al.BahdanauAttention(
-        units=16, implementation="fused", dtype="mixed_bfloat16"
-    )
-    blocks = al.BahdanauAttention(
-        units=16, implementation="blocks", dtype="mixed_bfloat16"
-    )
-    for layer in (reference, half, blocks):
-        layer(q, v)
-    half.set_weights(reference.get_weights())
-    blocks.set_weights(reference.get_weights())
-    want = to_numpy(reference(q, v, return_attention_scores=True)[1])
-    fused_error = np.abs(to_numpy(half(q, v, return_attention_scores=True)[1]) - want)
-    blocks_error = np.abs(
-        to_numpy(blocks(q, v, return_attention_scores=True)[1]).astype("float32") - want
-    )
+    """Over eight seeded draws of inputs and weights, the fused score under
+    mixed_bfloat16 is nearer float32 than the blocks' (one draw alone is a
+    coin flip now and then: the errors are of one order)."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    fused_errors, blocks_errors = [], []
+    for _ in range(8):
+        q = rng.normal(size=(2, 5, 8)).astype("float32")
+        v = rng.normal(size=(2, 6, 8)).astype("float32")
+        reference = al.BahdanauAttention(units=16, implementation="fused")
+        half = al.BahdanauAttention(
+            units=16, implementation="fused", dtype="mixed_bfloat16"
+        )
+        blocks = al.BahdanauAttention(
+            units=16, implementation="blocks", dtype="mixed_bfloat16"
+        )
+        for layer in (reference, half, blocks):
+            layer(q, v)
+        half.set_weights(reference.get_weights())
+        blocks.set_weights(reference.get_weights())
+        want = to_numpy(reference(q, v, return_attention_scores=True)[1])
+        got = to_numpy(half(q, v, return_attention_scores=True)[1])
+        fused_errors.append(np.abs(got - want))
+        got = to_numpy(blocks(q, v, return_attention_scores=True)[1])
+        blocks_errors.append(np.abs(got.astype("float32") - want))
+    fused_error, blocks_error = np.stack(fused_errors), np.stack(blocks_errors)
     # Only the bfloat16 projections round: the score's sum stays in float32.
-    assert fused_error.max() < 2e-2 and fused_error.mean() <= blocks_error.mean()
+    assert fused_error.max() < 2e-2 and fused_error.mean() < blocks_error.mean()
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="reads XLA's compiled memory on JAX")

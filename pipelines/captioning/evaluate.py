@@ -133,6 +133,31 @@ def caption_images(server, pixels, beam_width: int, batch_size: int) -> dict:
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
+def plot_attention(server, config, examples, folder) -> list[Path]:
+    """``attention_{i}.png``: each example's caption (the export's default
+    decoding), one panel per word with its attention over the image and the
+    word's true box (`image_attention`)."""
+    from pipelines.captioning.images import decode_images
+
+    if not examples:
+        return []
+    pixels = decode_images(tf.constant([e.image for e in examples]), config.image)
+    out = server.traced_caption()(
+        pixels,
+        tf.constant(server.default_beam_width, tf.int32),
+        tf.constant(server.default_length_penalty, tf.float32),
+    )
+    paths = []
+    for i, example in enumerate(examples):
+        caption = out["caption"][i].numpy().decode("utf-8")
+        paths.append(image_attention(
+            pixels[i].numpy(), out["words"][i].numpy(), out["attention"][i].numpy(),
+            Path(folder) / f"attention_{i}.png",
+            title=f"{caption!r} (true: {example.captions[0]!r})", boxes=example.boxes,
+        ))  # fmt: skip
+    return paths
+
+
 def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3):
     """Caption ``examples`` greedily and with beams; write the TSV and plots."""
     from pipelines.captioning.images import decode_images

@@ -23,7 +23,7 @@ class CaptioningTask(Task):
     contract = CaptioningContract()
     name = "captioning"
     description = "image captioning: CNN encoder, attention decoder, image bytes in"
-    default_preset = "digits"
+    default_preset = "digits-quick"
     run_files = (TOKENIZER, "captions.tsv", "attention.png")
     evaluate_files = ("captions.tsv", "plots/attention_0.png")
 
@@ -90,6 +90,11 @@ class CaptioningTask(Task):
         widths = tuple(args.beam_width) if getattr(args, "beam_width", None) else None
         return evaluate(run.root, server, config, examples, args.split, widths,
                         getattr(args, "plots", 3))  # fmt: skip
+
+    def plot_attention(self, module, config, examples, folder):
+        from pipelines.captioning.evaluate import plot_attention
+
+        return plot_attention(module, config, examples, folder)
 
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):

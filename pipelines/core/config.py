@@ -106,6 +106,8 @@ class TrainConfig:
     # A finished run of the same task and data whose matching weights start
     # this run (pipelines.core.warm_start); a resumed run ignores it.
     init_from: str | None = None
+    # Validation examples whose attention TensorBoard shows each epoch (0: none).
+    attention_images: int = field(default=3, metadata={"range": (0, 16)})
 
     def validate(self, where: str = "train.") -> None:
         if self.deterministic and self.jit_compile:
@@ -199,6 +201,7 @@ class RunConfig:
         "train.early_stopping_patience",
         "train.strategy",
         "train.tpu",
+        "train.attention_images",
     )
     RENAMED: ClassVar[dict[str, str]] = {}
 

@@ -35,6 +35,7 @@ from pipelines.core.errors import PipelineError
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
     import tensorflow as tf
 
@@ -180,6 +181,15 @@ class Task(abc.ABC):
         args: argparse.Namespace,
     ) -> dict:
         """Score ``examples``; write the task's files; return metrics.json's body."""
+
+    def plot_attention(
+        self, module: ServingModule, config: RunConfig, examples: Sequence, folder: Path
+    ) -> list[Path]:
+        """PNG files in ``folder``: the attention ``module`` (the export's
+        module over the model in training) gives ``examples``, a few
+        validation examples; TensorBoard shows them each epoch
+        (`pipelines.core.attention_board`). None by default."""
+        return []
 
     @abc.abstractmethod
     def serving_module(

@@ -361,7 +361,12 @@ def _train(task: Task, config, run: RunDir) -> dict:
     datasets = _datasets(task, config, data, preprocessors, strategy)
     with dtype_policy(config.train.mixed_precision):
         model, state, restored = _model(task, config, run, preprocessors, strategy)
-        fitted = _fit(task, config, model, state, restored.get("epoch", 0), datasets)
+        images = _attention_images(task, config, run, model, preprocessors, data)
+        fitted = _fit(
+            task, config, model, state, restored.get("epoch", 0), datasets, images
+        )
+        if images is not None and images.report():
+            print(images.report())
         final = _finish(run, model, state, restored, fitted, t0)
     where = run.weights if is_chief() else "written by the chief worker"
     print(f"Trained in {time.time() - t0:.0f} s; weights: {where}")
@@ -436,12 +441,33 @@ def _model(task: Task, config, run: RunDir, preprocessors, strategy):
     return model, state, restored
 
 
-def _fit(task: Task, config, model, state, initial_epoch: int, datasets) -> bool:
+def _attention_images(task: Task, config, run: RunDir, model, preprocessors, data):
+    """The callback that draws ``train.attention_images`` validation examples
+    in TensorBoard each epoch (the chief's), or None."""
+    count = config.train.attention_images
+    own = getattr(type(task), "plot_attention", Task.plot_attention)
+    draws = own is not Task.plot_attention
+    if not count or not draws or not is_chief() or not data.valid:
+        return None
+    from pipelines.core.attention_board import AttentionImages
+
+    module = task.serving_module(model, preprocessors, config)
+    examples = list(data.valid[:count])
+    return AttentionImages(
+        lambda folder: task.plot_attention(module, config, examples, folder), run.logs
+    )
+
+
+def _fit(
+    task: Task, config, model, state, initial_epoch: int, datasets, images=None
+) -> bool:
     """Fit the training phases left (`Task.phases`); whether any epoch ran."""
     train_data, valid_data = datasets
     callbacks = [state, keras.callbacks.TerminateOnNaN()]
     if is_chief():
         callbacks.append(keras.callbacks.TensorBoard(str(state.run.logs)))
+    if images is not None:
+        callbacks.append(images)
     bounds = phase_bounds(task.phases(config), config.train.epochs)
     fitted = False
     for phase, (start, end) in enumerate(bounds):

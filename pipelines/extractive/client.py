@@ -79,7 +79,7 @@ class ExtractiveClient(Client):
             inside[span[0] : span[1] + 1] = float(out["score"][0])
         span_heatmap(
             tokens, inside, np.zeros_like(inside), path, gold=None,
-            title=f"{question} -> {answer!r}",
+            title=f"{question} -> {answer!r}", shade="the answer's score",
         )  # fmt: skip
         print(f"The answer in its passage: {path}")
 

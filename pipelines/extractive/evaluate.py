@@ -51,9 +51,16 @@ def group_scores(predictions, golds, groups) -> dict:
     return out
 
 
-def span_heatmap(tokens, start_p, end_p, path, gold=None, title: str = "") -> Path:
-    """The passage's tokens, wrapped, each shaded by ``p(start) + p(end)``;
-    the gold span's tokens boxed in green (``gold``: first and last index)."""
+def span_heatmap(
+    tokens, start_p, end_p, path, gold=None, title: str = "",
+    shade: str = "p(start) + p(end)",
+) -> Path:  # fmt: skip
+    """The passage's tokens, wrapped, each shaded by ``p(start) + p(end)``
+    (what the legend calls ``shade``);
+    the gold span's tokens boxed in green (``gold``: first and last index).
+    The legend names the green box only when one is drawn: not without
+    ``gold`` (``predict`` knows no gold answer), nor when the gold span lies
+    past the tokens shown (a passage cut at ``max_context_tokens``)."""
     from pipelines.core.plots import _pyplot, _save
 
     plt = _pyplot()
@@ -74,8 +81,10 @@ def span_heatmap(tokens, start_p, end_p, path, gold=None, title: str = "") -> Pa
     height = line_height * (line + 1) + 0.9
     fig.set_size_inches(width, height)
     cmap = plt.get_cmap("OrRd")
+    boxed_any = False
     for i, (token, (x, line)) in enumerate(zip(tokens, places, strict=True)):
         boxed = gold is not None and gold[0] <= i <= gold[1]
+        boxed_any = boxed_any or boxed
         fig.text(
             x, height - 0.75 - line * line_height, token, fontsize=8,
             va="center", transform=fig.dpi_scale_trans,
@@ -87,7 +96,8 @@ def span_heatmap(tokens, start_p, end_p, path, gold=None, title: str = "") -> Pa
         )  # fmt: skip
     fig.suptitle(
         (title + "\n" if title else "")
-        + "shade: p(start) + p(end); green box: the gold answer",
+        + f"shade: {shade}"
+        + ("; green box: the gold answer" if boxed_any else ""),
         fontsize=8,
     )
     return _save(plt, fig, path)
@@ -118,9 +128,7 @@ def evaluate(
     ``answers.tsv`` and the heatmaps in ``root``; return the metrics."""
     import tensorflow as tf
 
-    from pipelines.extractive.data import token_span
-
-    serve = answerer.signatures()["serving_default"]
+    serve = answerer.traced_answer()
     t0 = time.time()
     predictions, scores = [], []
     size = config.model.eval_batch_size
@@ -150,15 +158,36 @@ def evaluate(
     }
     root = Path(root)
     _write_answers(root / "answers.tsv", examples, predictions, scores)
-    plots = root / "plots"
-    for k, example in enumerate(examples[:heatmaps]):
+    plot_attention(answerer, config, examples[:heatmaps], root / "plots",
+                   predictions[:heatmaps])  # fmt: skip
+    return metrics
+
+
+def plot_attention(answerer, config, examples, folder, predictions=None) -> list[Path]:
+    """``span_{k}.png``: each example's passage shaded by the span scores,
+    its gold answer boxed (`span_heatmap`); ``predictions`` (the answers)
+    are asked of the export where not given."""
+    import tensorflow as tf
+
+    from pipelines.extractive.data import token_span
+
+    if not examples:
+        return []
+    if predictions is None:
+        out = answerer.traced_answer()(
+            tf.constant([e.context for e in examples]),
+            tf.constant([e.question for e in examples]),
+        )
+        predictions = [a.decode("utf-8") for a in out["answer"].numpy()]
+    paths = []
+    for k, example in enumerate(examples):
         tokens = answerer.tokenizer.split([example.context])
         begins, ends = (t[0].numpy()[: answerer.max_context] for t in tokens[1:])
-        _heatmap(
-            answerer, example, plots / f"span_{k}.png",
+        paths.append(_heatmap(
+            answerer, example, Path(folder) / f"span_{k}.png",
             token_span(example, begins, ends), predictions[k],
-        )  # fmt: skip
-    return metrics
+        ))  # fmt: skip
+    return paths
 
 
 def _write_answers(path: Path, examples, predictions, scores) -> None:

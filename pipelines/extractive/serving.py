@@ -102,6 +102,12 @@ class SpanAnswerer(ServingModule):
         ]
         return {"serving_default": tf.function(self.answer, input_signature=specs)}
 
+    def traced_answer(self):
+        """`answer` as one ``tf.function`` (traced once, reused for any batch)."""
+        if not hasattr(self, "_traced"):
+            self._traced = self.signatures()["serving_default"]
+        return self._traced
+
     def warmup_requests(self) -> list[dict]:
         return [
             {

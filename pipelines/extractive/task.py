@@ -27,7 +27,7 @@ class ExtractiveTask(Task):
     description = (
         "extractive question answering: BiDAF span pointer, passage and question in"
     )
-    default_preset = "countries"
+    default_preset = "countries-quick"
     run_files = (TOKENIZER, ANSWERS_TSV, "span.png")
     evaluate_files = (ANSWERS_TSV, "plots/span_0.png")
 
@@ -116,6 +116,11 @@ class ExtractiveTask(Task):
             run.root, answerer, config, list(examples), args.split,
             getattr(args, "heatmaps", 3),
         )  # fmt: skip
+
+    def plot_attention(self, module, config, examples, folder):
+        from pipelines.extractive.evaluate import plot_attention
+
+        return plot_attention(module, config, examples, folder)
 
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):

@@ -131,7 +131,7 @@ def _babi10k() -> QAConfig:
     """Task 1 at 10k; other tasks with ``--set data.source=babi:N@10k``. The
     learning rate halves after 3 epochs without a better validation loss;
     the answer is read through the residual readout (64 units). Its results:
-    docs/pipelines/qa.md."""
+    docs/pipelines/results/qa.md."""
     return QAConfig(
         name="babi-10k",
         data=DataConfig(source="babi:1@10k"),
@@ -156,7 +156,7 @@ def _memn2n() -> QAConfig:
     ``--set data.source=babi:N@SIZE``; ``--set model.readout_units=64`` and
     ``--set model.position_encoding=reference`` (the code's position and
     temporal weights) are the variants tried. Its results, and how each
-    variant did: docs/pipelines/qa.md."""
+    variant did: docs/pipelines/results/qa.md."""
     return QAConfig(
         name="memn2n",
         data=DataConfig(source="babi:1@10k"),

@@ -81,6 +81,36 @@ def memory_attention_plot(
     return _save(plt, fig, path)
 
 
+def plot_attention(answerer, config, examples, folder) -> list[Path]:
+    """``attention_{i}.png``: each example's story by hops (or written
+    steps), the attention the export gives, supporting facts starred."""
+    import tensorflow as tf
+
+    from pipelines.qa.babi import format_story
+    from pipelines.qa.serving import step_labels
+
+    if not examples:
+        return []
+    out = answerer.traced_answer()(
+        tf.constant([format_story(e) for e in examples]),
+        tf.constant([e.question for e in examples]),
+    )
+    out = {k: v.numpy() for k, v in out.items()}
+    labels = step_labels(out)
+    return [
+        memory_attention_plot(
+            list(example.story),
+            out["attention"][i],
+            Path(folder) / f"attention_{i}.png",
+            supporting=set(example.supporting),
+            title=f"{example.question} -> {out['answer'][i].decode('utf-8')} "
+            f"(truth: {example.answer})",
+            columns=labels[i],
+        )  # fmt: skip
+        for i, example in enumerate(examples)
+    ]
+
+
 def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3):
     """Answer ``examples`` with a `StoryAnswerer`; returns metrics.json's body."""
     import tensorflow as tf
@@ -88,12 +118,11 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
     from pipelines.core.run_dir import write_text
     from pipelines.qa.babi import format_story
     from pipelines.qa.babi_text import TASK_NAMES
-    from pipelines.qa.serving import attention_rows, step_labels
+    from pipelines.qa.serving import attention_rows
 
-    fn = answerer.signatures()["serving_default"]
+    fn = answerer.traced_answer()
     size = config.model.eval_batch_size
     predicted, scores, hits, peaks = [], [], [], []
-    outputs = []
     for start in range(0, len(examples), size):
         chunk = examples[start : start + size]
         out = fn(
@@ -101,7 +130,6 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
             question=tf.constant([e.question for e in chunk]),
         )
         attention = out["attention"].numpy()
-        labels = step_labels({k: v.numpy() for k, v in out.items()})
         predicted += [a.decode("utf-8") for a in out["answer"].numpy()]
         scores += out["score"].numpy().tolist()
         hits.append(attention_hits(attention, [e.supporting for e in chunk]))
@@ -111,11 +139,6 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
             [int(r.argmax()) for r in row if r.size and r.max() > 0]
             for row in attention
         ]
-        if len(outputs) < heatmaps:
-            outputs += [
-                (e, attention[i], labels[i])
-                for i, e in enumerate(chunk[: heatmaps - len(outputs)])
-            ]
     shape = (0, attention_rows(config))
     hits = np.concatenate(hits) if hits else np.zeros(shape, bool)
     truth = [e.answer for e in examples]
@@ -152,15 +175,7 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
             + ",".join(map(str, peak))
         )
     write_text(root / "answers.tsv", "\n".join(rows) + "\n")
-    for i, (example, attention, columns) in enumerate(outputs):
-        memory_attention_plot(
-            list(example.story),
-            attention,
-            root / "plots" / f"attention_{i}.png",
-            supporting=set(example.supporting),
-            title=f"{example.question} -> {predicted[i]} (truth: {example.answer})",
-            columns=columns,
-        )
+    plot_attention(answerer, config, examples[:heatmaps], root / "plots")
     print(report(metrics, TASK_NAMES))
     return metrics
 

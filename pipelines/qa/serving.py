@@ -238,6 +238,12 @@ class StoryAnswerer(ServingModule):
         ]
         return {"serving_default": tf.function(self.answer, input_signature=specs)}
 
+    def traced_answer(self):
+        """`answer` as one ``tf.function`` (traced once, reused for any batch)."""
+        if not hasattr(self, "_traced"):
+            self._traced = self.signatures()["serving_default"]
+        return self._traced
+
     def warmup_requests(self) -> list[dict]:
         return [
             {

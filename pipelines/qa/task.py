@@ -134,6 +134,11 @@ class QATask(Task):
             getattr(args, "heatmaps", 3),
         )  # fmt: skip
 
+    def plot_attention(self, module, config, examples, folder):
+        from pipelines.qa.evaluate import plot_attention
+
+        return plot_attention(module, config, examples, folder)
+
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):
         from pipelines.qa.serving import StoryAnswerer

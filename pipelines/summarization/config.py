@@ -128,7 +128,7 @@ class SummarizationConfig(RunConfig):
 def _debian() -> SummarizationConfig:
     # Sized for a CPU: 2,000 steps of 64 pairs (about two passes over the
     # training split), the last 500 with the coverage loss
-    # (docs/pipelines/summarization.md has the measured table and times).
+    # (docs/pipelines/results/summarization.md has the measured table and times).
     return SummarizationConfig(
         name="debian",
         data=DataConfig(

@@ -178,7 +178,12 @@ def plot_samples(summarizer, texts: list[str], folder: Path) -> list[Path]:
     """One attention heatmap, with ``p_gen`` beside it, per text."""
     if not texts:
         return []
-    out = summarizer.summarize(tf.constant(texts))
+    out = summarizer.traced_summarize()(
+        tf.constant(texts),
+        tf.constant(summarizer.default_beam_width, tf.int32),
+        tf.constant(summarizer.default_length_penalty, tf.float32),
+        tf.constant(summarizer.default_min_length, tf.int32),
+    )
     pointer = summarizer.model.pointer  # the baseline only generates: no p_gen
     paths = []
     for i, text in enumerate(texts):

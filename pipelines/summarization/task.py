@@ -25,7 +25,7 @@ class SummarizationTask(Task):
     contract = SummarizationContract()
     name = "summarization"
     description = "summarization: pointer-generator with coverage, strings in"
-    default_preset = "debian"
+    default_preset = "blurbs"
     run_files = (TOKENIZER, "summaries.tsv", "attention.png")
     evaluate_files = ("summaries.tsv", "plots/attention_0.png")
 
@@ -153,6 +153,11 @@ class SummarizationTask(Task):
             getattr(args, "beam_width", None), getattr(args, "min_length", None),
             getattr(args, "heatmaps", 3),
         )  # fmt: skip
+
+    def plot_attention(self, module, config, examples, folder):
+        from pipelines.summarization.evaluate import plot_samples
+
+        return plot_samples(module, [document for document, _ in examples], folder)
 
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):

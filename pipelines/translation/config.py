@@ -89,7 +89,7 @@ def _dates() -> TranslationConfig:
         ),
         # No input feeding: the decoder GRU runs alone and the attention once
         # over all its states, which trains faster to the same exact match;
-        # so does the rate of 5e-3 (docs/pipelines/translation.md has the
+        # so does the rate of 5e-3 (docs/pipelines/results/translation.md has the
         # measurements, from benchmarks/bench_pipeline.py).
         model=ModelConfig(
             embedding_dim=32,

@@ -98,7 +98,11 @@ def plot_samples(translator, texts: list[str], folder: Path) -> list[Path]:
     """One alignment heatmap per text (the model's default decoding)."""
     if not texts:
         return []
-    out = translator.translate(tf.constant(texts))
+    out = translator.traced_translate()(
+        tf.constant(texts),
+        tf.constant(translator.default_beam_width, tf.int32),
+        tf.constant(translator.default_length_penalty, tf.float32),
+    )
     paths = []
     for i, text in enumerate(texts):
         translation = out["translation"][i].numpy().decode("utf-8")

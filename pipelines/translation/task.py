@@ -126,6 +126,11 @@ class TranslationTask(Task):
             getattr(args, "heatmaps", 3),
         )  # fmt: skip
 
+    def plot_attention(self, module, config, examples, folder):
+        from pipelines.translation.evaluate import plot_samples
+
+        return plot_samples(module, [source for source, _ in examples], folder)
+
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):
         from pipelines.translation.serving import Translator

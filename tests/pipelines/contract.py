@@ -160,42 +160,79 @@ def assert_outputs_equal(got: dict, expected: dict, where: str) -> None:
 # records the outputs or the error.
 FRESH = textwrap.dedent(
     """
-    import pickle, sys
+    import json, pickle, sys
     sys.modules["attention_layers"] = None
     sys.modules["pipelines"] = None
+    import numpy as np
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
     from tensorflow.python.tools import saved_model_utils
 
     export_dir, requests_path, out_path = sys.argv[1:]
     with open(requests_path, "rb") as f:
-        requests = pickle.load(f)
+        job = pickle.load(f)
     meta = saved_model_utils.get_meta_graph_def(export_dir, "serve")
-    signatures = tf.saved_model.load(export_dir).signatures
+    loaded = tf.saved_model.load(export_dir)
+    signatures = loaded.signatures
     main = set(meta.signature_def["serving_default"].inputs)
+
+    def run(fn, inputs):
+        out = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in out.items()}
+
     results = []
-    for feed in requests:
+    for feed in job["requests"]:
         name = "serving_default" if set(feed) <= main else "with_options"
         defaults = {
             k: tf.make_ndarray(v)
             for k, v in meta.signature_def[name].defaults.items()
         }
-        feed = {**defaults, **feed}
         try:
-            out = signatures[name](**{k: tf.constant(v) for k, v in feed.items()})
-            results.append({"ok": {k: v.numpy() for k, v in out.items()}})
+            results.append({"ok": run(signatures[name], {**defaults, **feed})})
         except tf.errors.InvalidArgumentError as error:
             results.append({"error": error.message})
+
+    # The main inputs alone: serving_default's signature, the loaded object's
+    # function, and TF Serving's REST bodies as the server reads them (rows
+    # stack each instance's named inputs along a batch axis; columns take
+    # each input as it is; scalars cannot be rows, hence with_options).
+    feed, paths = job["main"], {}
+    if feed is not None:
+        paths["signature"] = run(signatures["serving_default"], feed)
+        paths["function"] = run(loaded.serving_default, feed)
+        if hasattr(loaded, "with_options"):
+            paths["with_options function"] = run(loaded.with_options, feed)
+    if feed is not None and job["rest"]:
+        names = sorted(feed)
+        text = {k: [str(x, "utf-8") if isinstance(x, bytes) else str(x) for x in v]
+                for k, v in feed.items()}
+        instances = [dict(zip(names, r)) for r in zip(*(text[k] for k in names))]
+        rows = json.loads(json.dumps({"instances": instances}))["instances"]
+        rows = {k: np.array([i[k] for i in rows], object) for k in names}
+        paths["rest rows"] = run(signatures["serving_default"], rows)
+        columns = json.loads(json.dumps({"inputs": text}))["inputs"]
+        columns = {k: np.array(v, object) for k, v in columns.items()}
+        paths["rest columns"] = run(signatures["serving_default"], columns)
     with open(out_path, "wb") as f:
-        pickle.dump(results, f)
+        pickle.dump({"requests": results, "main": paths}, f)
     """
 )
 
 
-def serve_fresh(export_dir: Path, requests: list[dict], workdir: Path) -> list[dict]:
-    """Run ``requests`` in a fresh process that cannot import this project."""
+def serve_fresh(
+    export_dir: Path,
+    requests: list[dict],
+    workdir: Path,
+    main: dict | None = None,
+    rest: bool = False,
+) -> dict:
+    """Run ``requests`` in a fresh process that cannot import this project:
+    ``{"requests": [{"ok": outputs} or {"error": message}, ...], "main":
+    {path: outputs}}``, the second for the ``main`` feed (main inputs alone)
+    through each path a Python client has (``rest``: REST bodies too)."""
     requests_path, out_path = workdir / "requests.pkl", workdir / "results.pkl"
-    requests_path.write_bytes(pickle.dumps(requests))
+    job = {"requests": requests, "main": main, "rest": rest}
+    requests_path.write_bytes(pickle.dumps(job))
     env = {k: v for k, v in QUIET.items() if k != "PYTHONPATH"}
     command = [sys.executable, "-c", FRESH, str(export_dir)]
     proc = subprocess.run(

@@ -14,7 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 from pipelines.captioning import data as captioning_data
-from pipelines.captioning.config import ImageConfig, preset
+from pipelines.captioning.config import PRESETS, ImageConfig, preset
 from pipelines.captioning.digit_strips import (
     WORDS,
     _scans,
@@ -630,3 +630,44 @@ def test_a_transformer_decoder_serves_what_it_reads_teacher_forced():
         rows = out["attention"][b].numpy()
         np.testing.assert_allclose(rows[:length].sum((1, 2)), 1.0, rtol=1e-5)
         assert not rows[length:].any()
+
+
+# -- presets --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_validates_and_builds(name):
+    """Each preset passes its own validation and builds a model of its sizes
+    (the tiny data's vocabulary: the caption words are the same ten digits)."""
+    tiny = preset("tiny")
+    tokenizer = TASK.preprocessors(None, TASK.load_data(tiny), tiny, create=False)
+    config = preset(name).validate()
+    model = TASK.build_model(config, tokenizer)
+    assert model.trainer.count_params() > 0
+    cells = 2**config.model.pools
+    assert model.grid == (config.image.height // cells, config.image.width // cells)
+
+
+def test_the_quick_preset_is_the_digits_task_on_smaller_strips():
+    """``digits-quick`` (the demo's) captions what ``digits`` does, strips of
+    1 to 5 digits with the same model and decoding, on smaller strips and
+    less training; its strips fit the image and no caption is cut."""
+    quick, digits = preset("digits-quick"), preset("digits")
+    assert quick.data.max_digits == digits.data.max_digits == 5
+    assert quick.model == digits.model and quick.decode == digits.decode
+    assert quick.image.height * quick.image.width < (
+        digits.image.height * digits.image.width
+    )
+    strips = {c.name: int(c.data.source.partition(":")[2]) for c in (quick, digits)}
+    assert strips["digits-quick"] * quick.train.epochs < (
+        strips["digits"] * digits.train.epochs
+    )
+    config = apply_overrides(
+        quick, ["data.source=digits:30", "data.valid_size=5", "data.test_size=5"]
+    )
+    data = TASK.load_data(config)
+    cut = f"cut 0 of 40 captions longer than {quick.tokenizer.max_words} words"
+    assert data.notes[-1].startswith(cut)
+    assert {len(e.caption.split()) for e in data.train} <= set(range(1, 6))
+    pixels = decode_images(tf.constant([e.image for e in data.test]), config.image)
+    assert pixels.shape == (5, 16, 48, 1)

@@ -110,3 +110,37 @@ def test_an_export_from_before_with_options_still_takes_options(tmp_path):
     options = {"beam_width": np.int32(2)}
     out = call_export(tmp_path, {**feed, **options}, options_signature(options))
     assert out["width"].tolist() == [2, 2]
+
+
+def test_tiny_says_it_is_a_smoke_test(tmp_path, monkeypatch, capsys):
+    """``train`` and ``demo`` with ``--config tiny`` say first, in one line,
+    that it learns nothing and which command does; only the tiny presets
+    say it."""
+    from pipelines import cli
+    from pipelines.core import trainer
+
+    class StopBeforeTrainingError(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise StopBeforeTrainingError  # no training: the line comes before it
+
+    monkeypatch.setattr(trainer, "train", stop)
+    for name in registry.names():
+        task = registry.get(name)
+        for verb in ("train", "demo"):
+            argv = [verb, "--config", "tiny", "--run-dir", str(tmp_path / name)]
+            args = cli.task_parser(task).parse_args(argv)
+            args.argv = [name, *argv]
+            with pytest.raises(StopBeforeTrainingError):
+                args.func(task, args)
+            first = capsys.readouterr().out.splitlines()[0]
+            assert first == (
+                "tiny is a smoke test: too small and too short to learn the task; "
+                f"`attention-pipelines {name} demo` (no --config) gives a "
+                "meaningful result."
+            )
+        for preset in task.presets():  # tiny-generative too; no other preset
+            config = load(preset, task.presets(), task.default_preset)
+            smoke = preset == "tiny" or preset.startswith("tiny-")
+            assert (cli.smoke_test_note(task, config) is not None) == smoke, preset

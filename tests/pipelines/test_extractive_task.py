@@ -17,7 +17,7 @@ from pipelines.core.config import apply_overrides
 from pipelines.core.errors import PipelineError
 from pipelines.extractive import data as span_data
 from pipelines.extractive.client import split_input
-from pipelines.extractive.config import preset
+from pipelines.extractive.config import PRESETS, preset
 from pipelines.extractive.countries import SpanExample
 from pipelines.extractive.data import Preprocessors, token_span
 from pipelines.extractive.serving import SpanAnswerer
@@ -214,3 +214,75 @@ def test_the_model_scores_real_words_only(encoder):
     assert (attention[0, :3, 2] == 0).all()  # the padded question word
     assert abs(attention[0, :3].sum(-1) - 1).max() < 1e-5
     assert (attention[0, 3:] == 0).all()  # padded passage words attend nowhere
+
+
+@pytest.mark.parametrize(
+    ("gold", "boxed"),
+    [(None, []), ((1, 2), ["capital", "is"]), ((5, 6), [])],
+    ids=["no-gold", "gold", "gold-past-the-cut"],
+)
+def test_span_plot_names_the_gold_box_only_when_it_draws_one(
+    monkeypatch, tmp_path, gold, boxed
+):
+    """``predict`` has no gold answer and a cut passage may have lost it:
+    the legend promises a green box only when a token has one."""
+    from matplotlib.colors import to_rgba
+
+    from pipelines.core import plots
+    from pipelines.extractive.evaluate import span_heatmap
+
+    figures, save = [], plots._save
+
+    def keep(plt, fig, path):
+        figures.append(fig)
+        return save(plt, fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    tokens = [b"the", b"capital", b"is", b"Bern"]
+    path = span_heatmap(
+        tokens, [0.1, 0.7, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1], tmp_path / "span.png",
+        gold=gold, title="What is the capital?",
+    )  # fmt: skip
+    assert path.is_file()
+    (fig,) = figures
+    legend = fig._suptitle.get_text()
+    assert legend.startswith("What is the capital?\nshade: p(start) + p(end)")
+    assert ("green box: the gold answer" in legend) == bool(boxed)
+    green = [
+        text.get_text()
+        for text in fig.texts
+        if text.get_bbox_patch() is not None
+        and text.get_bbox_patch().get_edgecolor() == to_rgba("green")
+    ]
+    assert green == boxed
+
+
+# -- presets --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_validates_and_builds(name):
+    """Each preset passes its own validation and builds a model of its sizes
+    that scores a batch of the tiny data (a vocabulary learned from it)."""
+    data = TASK.load_data(preset("tiny"))
+    config = preset(name).validate()
+    preprocessors = TASK.preprocessors(None, data, config, create=False)
+    model = TASK.build_model(config, preprocessors)
+    batches = TASK.make_dataset(data.test, preprocessors, config, training=False)
+    features, _ = next(iter(batches))
+    out = model.trainer(features, training=False)
+    assert out["start"].shape == out["end"].shape == features["context"].shape
+
+
+def test_the_quick_preset_asks_the_countries_test_questions():
+    """``countries-quick`` (the demo's) trains the ``countries`` model on
+    fewer passages for fewer epochs, and is scored on the very same
+    validation and test questions, so their numbers compare."""
+    quick, full = preset("countries-quick"), preset("countries")
+    assert quick.model == full.model and quick.tokenizer == full.tokenizer
+    assert quick.data.passages_per_country < full.data.passages_per_country
+    assert quick.train.epochs < full.train.epochs
+    quick_data, full_data = TASK.load_data(quick), TASK.load_data(full)
+    assert quick_data.test == full_data.test and quick_data.valid == full_data.valid
+    assert {e.country for e in quick_data.train} == {e.country for e in full_data.train}
+    assert len(quick_data.train) < len(full_data.train)
