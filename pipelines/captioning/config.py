@@ -112,7 +112,7 @@ class ModelConfig:
     ``grid_kernel`` sets how far a cell sees. With two pools a cell is 4
     pixels wide and sees 16 pixels with ``grid_kernel=1``, 32 with 3; with
     one pool a cell is 2 pixels wide and sees 14 pixels with 3, 22 with 5
-    (see docs/pipelines/captioning.md for what each did to the localisation).
+    (see docs/pipelines/results/captioning.md for what each did to the localisation).
     """
 
     backbone: Literal[

@@ -447,7 +447,8 @@ def _attention_images(task: Task, config, run: RunDir, model, preprocessors, dat
     count = config.train.attention_images
     own = getattr(type(task), "plot_attention", Task.plot_attention)
     draws = own is not Task.plot_attention
-    if not count or not draws or not is_chief() or not data.valid:
+    tensorflow = keras.backend.backend() == "tensorflow"  # the export's graph
+    if not count or not draws or not tensorflow or not is_chief() or not data.valid:
         return None
     from pipelines.core.attention_board import AttentionImages
 

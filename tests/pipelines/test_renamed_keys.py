@@ -18,6 +18,8 @@ from pipelines.core.run_dir import RunDir
 from pipelines.core.run_guard import check_run, run_config
 from pipelines.qa.babi import QAExample, read_qa_jsonl
 
+pytestmark = pytest.mark.tf_only  # a TensorFlow pipeline: its tests run once
+
 RENAMED_TASKS = ("translation", "summarization")
 CORPUS_WARNING = (
     "warning: config key `data.corpus` is deprecated, use `data.source` (from {})."

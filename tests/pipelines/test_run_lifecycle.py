@@ -20,6 +20,8 @@ from pipelines.core.errors import PipelineError
 from pipelines.core.run_dir import RunDir, read_json, write_json
 from tests.pipelines.contract import history_epochs
 
+pytestmark = pytest.mark.tf_only  # a TensorFlow pipeline: its tests run once
+
 TASK = "translation"
 # How the trainer's lines about backups start (matched by their start: other
 # lines may hold a test's folder, named after the test).
