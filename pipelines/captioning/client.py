@@ -24,6 +24,12 @@ class CaptioningClient(Client):
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_beam_widths(parser)
         parser.add_argument("--plots", type=int, default=3, help="attention plots")
+        parser.add_argument(
+            "--robustness", action="store_true",
+            help="also score the test scans laid out in ways the training "
+            "generator never makes (other digit sizes, touching digits, other "
+            "strip sizes, JPEG, low contrast), one row per layout",
+        )  # fmt: skip
 
     def evaluation_summary(self, metrics: dict) -> str:
         best = max(metrics["decoding"].values(), key=lambda s: s["exact_match"])

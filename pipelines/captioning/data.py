@@ -72,7 +72,7 @@ def _digit_splits(count: int, config):
     d, image = config.data, config.image
     if image.channels != 1:
         raise PipelineError("data: digit strips are gray: set image.channels=1.")
-    sizes = _digit_sizes(image.height)
+    sizes = digit_sizes(image.height)
     kwargs = dict(height=image.height, width=image.width, max_digits=d.max_digits,
                   min_size=sizes[0], max_size=sizes[1])  # fmt: skip
     try:
@@ -137,7 +137,7 @@ def _fashion_splits(count: int, config):
     return (*examples, notes)
 
 
-def _digit_sizes(height: int) -> tuple[int, int]:
+def digit_sizes(height: int) -> tuple[int, int]:
     """Digit squares of 3/8 to 9/16 of the strip's height (12-18 of 32)."""
     return max(1, round(height * 3 / 8)), max(1, round(height * 9 / 16))
 
@@ -226,9 +226,11 @@ def make_dataset(examples, tokenizer, config, training: bool, replicas: int = 1)
     Images are decoded once, by `decode_images`; captions get ``[START]``
     in front of the decoder input and ``[END]`` after the expected output,
     padded to ``tokenizer.max_words + 1`` (static shapes, so an XLA train
-    step compiles once). Under a strategy with ``replicas`` replicas every
-    batch is cut to a multiple of them. The number of batches is stated up
-    front (a real progress bar).
+    step compiles once). Training batches go through ``data.augment``
+    (`pipelines.captioning.augment`) when it is on, each image with its
+    boxes; evaluation batches never do. Under a strategy with ``replicas``
+    replicas every batch is cut to a multiple of them. The number of batches
+    is stated up front (a real progress bar).
     """
     import numpy as np
     import tensorflow as tf
@@ -257,16 +259,26 @@ def make_dataset(examples, tokenizer, config, training: bool, replicas: int = 1)
 
     # Hard attention's REINFORCE loss is inside the model: it reads the targets.
     hard = config.model.attention == "hard"
+    augmenter = None
+    if training and config.data.augment.on:
+        from pipelines.captioning.augment import Augmenter
+
+        augmenter = Augmenter(config.data.augment, seed=config.train.seed)
+        boxes, has_boxes = (tf.constant(a) for a in padded_boxes(examples, length))
 
     def row(i):
-        features = {"image": tf.gather(images, image_of_row[i]),
-                    "target_in": target_in[i]}  # fmt: skip
+        j = image_of_row[i]
+        features = {"image": tf.gather(images, j), "target_in": target_in[i]}
         if hard:
             features["target_out"] = target_out[i]
+        if augmenter:  # the image's boxes, to move with its pixels
+            features["boxes"], features["has_boxes"] = boxes[j], has_boxes[j]
         return features, target_out[i]
 
     batch = config.train.batch_size
     data = order.map(row, num_parallel_calls=tf.data.AUTOTUNE).batch(batch)
+    if augmenter:
+        data = data.map(augmenter.on_features, num_parallel_calls=tf.data.AUTOTUNE)
     if replicas > 1:
         # Keras fails on a batch that leaves a replica empty: cut each batch
         # to a multiple of the replicas, drop one with fewer rows.
@@ -279,6 +291,23 @@ def make_dataset(examples, tokenizer, config, training: bool, replicas: int = 1)
     return data.prefetch(tf.data.AUTOTUNE)
 
 
+def padded_boxes(examples, length: int):
+    """``(boxes [n, length, 4] float32, has_boxes [n] bool)`` of the
+    examples: each image's object boxes (words without a box left out),
+    padded with its first box; zeros and False for an image with none."""
+    import numpy as np
+
+    boxes = np.zeros((len(examples), length, 4), "float32")
+    has_boxes = np.zeros(len(examples), bool)
+    for i, example in enumerate(examples):
+        found = [b for b in example.boxes or () if b is not None][:length]
+        if found:
+            boxes[i] = found[0]
+            boxes[i, : len(found)] = found
+            has_boxes[i] = True
+    return boxes, has_boxes
+
+
 def _cut_to_multiple(features, targets, replicas):
     import tensorflow as tf
 
@@ -289,7 +318,6 @@ def _cut_to_multiple(features, targets, replicas):
 def sample_strips(config) -> list[Path]:
     """The first test strips of the configured size as PNG files (written
     once, atomically, to the pipelines' cache folder)."""
-    from pipelines.captioning.data import _digit_sizes
     from pipelines.captioning.digit_strips import make_strips
     from pipelines.core.run_dir import cache_dir, write_bytes
 
@@ -299,7 +327,7 @@ def sample_strips(config) -> list[Path]:
     )
     paths = [folder / f"strip_{k}.png" for k in range(SAMPLE_COUNT)]
     if not all(p.is_file() for p in paths):
-        low, high = _digit_sizes(image.height)
+        low, high = digit_sizes(image.height)
         strips = make_strips(SAMPLE_COUNT, "test", seed=d.seed + 2, height=image.height,
                              width=image.width, max_digits=d.max_digits,
                              min_size=low, max_size=high)  # fmt: skip

@@ -54,10 +54,11 @@ class Strip:
 
 
 def png_bytes(image: np.ndarray) -> bytes:
+    """A uint8 image, gray ``[H, W]`` or RGB ``[H, W, 3]``, as PNG bytes."""
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.fromarray(image, mode="L").save(buffer, format="PNG")
+    Image.fromarray(image).save(buffer, format="PNG")
     return buffer.getvalue()
 
 
@@ -99,12 +100,17 @@ def make_strips(
     min_size: int = 12,
     max_size: int = 18,
     split_seed: int = 0,
+    gap: int | None = None,
 ) -> list[Strip]:
     """``count`` strips made of the scans of ``split`` (`source_split`).
 
     Each digit is scaled (bilinear) to a square of ``min_size`` to
     ``max_size`` pixels, at a random height; the digits sit left to right
     with random gaps, so a strip of 5 needs ``width >= 5 * max_size``.
+    A ``gap`` sets every gap between neighbours instead (0: touching,
+    negative: overlapping by that many pixels, ink kept by the brighter
+    pixel), the row at a random offset: layouts the training strips do not
+    have (`pipelines.captioning.robustness`).
     Deterministic in ``seed`` (and ``split_seed``, which fixes the split).
     """
     if split not in SPLITS:
@@ -119,7 +125,17 @@ def make_strips(
             "digit size: expected 1 <= min_size <= max_size <= height, received "
             f"{min_size}, {max_size} and height {height}"
         )
-    if max_digits * max_size + 2 > width:
+    if gap is not None and not -min_size < gap:
+        raise ValueError(
+            f"gap: digits may overlap by less than their size ({min_size}), "
+            f"received gap {gap}"
+        )
+    if gap is not None and max_digits * max_size + (max_digits - 1) * gap > width:
+        raise ValueError(
+            f"a strip {width} pixels wide cannot hold {max_digits} digits of "
+            f"{max_size} pixels {gap} pixels apart"
+        )
+    if gap is None and max_digits * max_size + 2 > width:
         raise ValueError(
             f"a strip {width} pixels wide cannot hold {max_digits} digits of "
             f"{max_size} pixels: make it at least {max_digits * max_size + 2} wide"
@@ -129,21 +145,25 @@ def make_strips(
     rng = np.random.default_rng([seed, SPLITS.index(split)])
     return [
         _strip(rng, images, labels, pool, height, width,
-               (min_digits, max_digits), (min_size, max_size))
+               (min_digits, max_digits), (min_size, max_size), gap)
         for _ in range(count)
     ]  # fmt: skip
 
 
-def _strip(rng, images, labels, pool, height, width, digits, sizes) -> Strip:
+def _strip(rng, images, labels, pool, height, width, digits, sizes, gap) -> Strip:
     from PIL import Image
 
     k = int(rng.integers(digits[0], digits[1] + 1))
     sources = rng.choice(pool, size=k)
     size = rng.integers(sizes[0], sizes[1] + 1, size=k)
-    # The free columns, shared at random among the k + 1 gaps.
-    free = width - int(size.sum())
-    cuts = np.sort(rng.integers(0, free + 1, size=k))
-    gaps = np.diff(np.concatenate([[0], cuts]))
+    if gap is None:
+        # The free columns, shared at random among the k + 1 gaps.
+        free = width - int(size.sum())
+        cuts = np.sort(rng.integers(0, free + 1, size=k))
+        gaps = np.diff(np.concatenate([[0], cuts]))
+    else:  # a random margin, then `gap` between neighbours
+        free = width - int(size.sum()) - (k - 1) * gap
+        gaps = np.array([rng.integers(0, free + 1)] + [gap] * (k - 1))
     canvas = np.zeros((height, width), "uint8")
     boxes, left = [], 0
     for source, s, gap in zip(sources, size, gaps, strict=True):

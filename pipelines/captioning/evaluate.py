@@ -117,11 +117,12 @@ def peak_hits(
     return hits
 
 
-def caption_images(server, pixels, beam_width: int, batch_size: int) -> dict:
+def caption_images(server, pixels, beam_width: int, batch_size: int,
+                   progress: bool = True) -> dict:  # fmt: skip
     """Caption decoded images in batches with one traced graph (numpy out)."""
     fn = server.traced_caption()
     alpha = tf.constant(server.default_length_penalty, tf.float32)
-    verbose = 1 if sys.stdout.isatty() else 2
+    verbose = (1 if sys.stdout.isatty() else 2) if progress else 0
     bar = keras.utils.Progbar(len(pixels), verbose=verbose, unit_name="image")
     parts: dict[str, list] = {}
     for start in range(0, len(pixels), batch_size):
@@ -158,20 +159,58 @@ def plot_attention(server, config, examples, folder) -> list[Path]:
     return paths
 
 
-def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3):
-    """Caption ``examples`` greedily and with beams; write the TSV and plots."""
+def decoded(examples, config) -> np.ndarray:
+    """The examples' images as the export decodes them, ``[B, H, W, C]``."""
     from pipelines.captioning.images import decode_images
 
-    run_dir = Path(run_dir)
-    beam_widths = check_beam_widths(beam_widths, config.decode)
-    pixels = np.concatenate([
+    if not examples:
+        image = config.image
+        return np.zeros((0, image.height, image.width, image.channels), "float32")
+    return np.concatenate([
         decode_images(tf.constant([e.image for e in examples[i : i + 512]]),
                       config.image).numpy()
         for i in range(0, len(examples), 512)
-    ]) if examples else np.zeros((0, config.image.height, config.image.width,
-                                  config.image.channels), "float32")  # fmt: skip
+    ])  # fmt: skip
+
+
+def score_captions(out, examples, config) -> tuple[dict, list[str], list[str]]:
+    """BLEU-4 (CIDEr-D), exact match and localisation of ``caption_images``'
+    answers ``out`` for ``examples``; also the written captions and, per
+    image, the words whose peak missed their box."""
     references = [tuple(normalize(c) for c in e.captions) for e in examples]
     size = (config.image.height, config.image.width)
+    hypotheses = [normalize(c.decode("utf-8")) for c in out["caption"]]
+    scores = caption_bleu(hypotheses, references)
+    scores.update(caption_cider(hypotheses, references))
+    exact = [h in r for h, r in zip(hypotheses, references, strict=True)]
+    scores["exact_match"] = round(float(np.mean(exact)), 4)
+    checked = hit = touched = 0
+    missed = []
+    for i, example in enumerate(examples):
+        words = hypotheses[i].split()
+        args = (out["attention"][i], words, references[i][0].split(),
+                example.boxes, size)  # fmt: skip
+        hits = peak_hits(*args)
+        checked += sum(h is not None for h in hits)
+        hit += sum(h is True for h in hits)
+        touched += sum(h is True for h in peak_hits(*args, rule="overlap"))
+        missed.append(" ".join(w for w, h in zip(words, hits, strict=True)
+                               if h is False))  # fmt: skip
+    if checked:
+        scores["localisation"] = round(hit / checked, 4)
+        scores["localisation_overlap"] = round(touched / checked, 4)
+        scores["localised_words"] = checked
+    return scores, hypotheses, missed
+
+
+def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3,
+             robustness=False):  # fmt: skip
+    """Caption ``examples`` greedily and with beams; write the TSV and plots;
+    with ``robustness``, score the layouts of `robustness_rows` too."""
+    run_dir = Path(run_dir)
+    beam_widths = check_beam_widths(beam_widths, config.decode)
+    pixels = decoded(examples, config)
+    references = [tuple(normalize(c) for c in e.captions) for e in examples]
     results: dict = {"split": split, "run": config.name, "images": len(examples),
                      "decoding": {}}  # fmt: skip
     columns: dict[str, list[str]] = {}
@@ -182,45 +221,11 @@ def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3
         print(f"Captioning {len(examples)} {split} images ({name})")
         t0 = time.time()
         out = caption_images(server, pixels, width, config.decode.eval_batch_size)
-        hypotheses = [normalize(c.decode("utf-8")) for c in out["caption"]]
-        scores = caption_bleu(hypotheses, references)
-        scores.update(caption_cider(hypotheses, references))
-        scores["exact_match"] = round(
-            float(
-                np.mean([h in r for h, r in zip(hypotheses, references, strict=True)])
-            ),
-            4,
-        )
-        checked = hit = touched = 0
-        missed = []
-        for i, example in enumerate(examples):
-            words = hypotheses[i].split()
-            args = (out["attention"][i], words, references[i][0].split(),
-                    example.boxes, size)  # fmt: skip
-            hits = peak_hits(*args)
-            checked += sum(h is not None for h in hits)
-            hit += sum(h is True for h in hits)
-            touched += sum(h is True for h in peak_hits(*args, rule="overlap"))
-            missed.append(" ".join(w for w, h in zip(words, hits, strict=True)
-                                   if h is False))  # fmt: skip
-        if checked:
-            scores["localisation"] = round(hit / checked, 4)
-            scores["localisation_overlap"] = round(touched / checked, 4)
-            scores["localised_words"] = checked
+        scores, columns[name], misses[name] = score_captions(out, examples, config)
         scores["seconds"] = round(time.time() - t0, 1)
         results["decoding"][name] = scores
-        columns[name], misses[name] = hypotheses, missed
         first = first or out
-        where = (
-            f"  localisation {scores['localisation']:.2%} of {checked} words "
-            f"({scores['localisation_overlap']:.2%} with the peak cell on the box)"
-            if checked else ""
-        )  # fmt: skip
-        cider = f"  CIDEr-D {scores['cider']:.3f}" if "cider" in scores else ""
-        print(
-            f"  {name}: BLEU-4 {scores['bleu']:.2f}{cider}  exact match "
-            f"{scores['exact_match']:.2%}{where}  ({scores['seconds']} s)"
-        )
+        print(f"  {name}: {_scores_line(scores)}  ({scores['seconds']} s)")
     header = ["image", "references"]
     for name in columns:
         header += [name, f"{name}_missed_box"]
@@ -241,4 +246,49 @@ def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3
             boxes=examples[i].boxes,
         )))  # fmt: skip
     results["plots"] = paths
+    if robustness:  # after the split's files are written
+        results["robustness"] = robustness_rows(server, config, examples)
     return results
+
+
+def _scores_line(scores: dict) -> str:
+    where = (
+        f"  localisation {scores['localisation']:.2%} of "
+        f"{scores['localised_words']} words ({scores['localisation_overlap']:.2%} "
+        "with the peak cell on the box)"
+        if "localisation" in scores else ""
+    )  # fmt: skip
+    cider = f"  CIDEr-D {scores['cider']:.3f}" if "cider" in scores else ""
+    return (
+        f"BLEU-4 {scores['bleu']:.2f}{cider}  exact match "
+        f"{scores['exact_match']:.2%}{where}"
+    )
+
+
+def robustness_rows(server, config, examples, layouts=None) -> dict:
+    """``{layout: scores}`` for each of ``layouts`` (by default
+    `pipelines.captioning.robustness.layouts_for` the config; as many images
+    as ``examples``, decoded as the export decodes by default), printed as a
+    table."""
+    from pipelines.captioning.robustness import layouts_for, make_examples
+
+    width = server.default_beam_width
+    rows: dict = {}
+    print(f"Robustness: {len(examples)} test images per layout, "
+          f"beam width {width} (the export's default)")  # fmt: skip
+    print(f"  {'layout':<16} {'exact':>7} {'localised':>10}  what changed")
+    for layout in layouts or layouts_for(config):
+        changed = make_examples(layout, config, len(examples), examples)
+        out = caption_images(server, decoded(changed, config), width,
+                             config.decode.eval_batch_size, progress=False)  # fmt: skip
+        scores, _, _ = score_captions(out, changed, config)
+        row = {"what": layout.what, "images": len(changed)}
+        row.update({k: scores[k] for k in ("exact_match", "bleu")})
+        where = ""
+        if "localisation" in scores:
+            row["localisation"] = scores["localisation"]
+            where = f"{scores['localisation']:.2%}"
+        rows[layout.name] = row
+        print(f"  {layout.name:<16} {scores['exact_match']:>7.2%} {where:>10}  "
+              f"{layout.what}")  # fmt: skip
+    return rows

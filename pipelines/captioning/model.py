@@ -83,6 +83,19 @@ BACKBONES = {
 
 
 @keras.saving.register_keras_serializable(package="attention_pipelines")
+class PixelRange(keras.layers.Layer):
+    """Each image's pixels stretched to ``[0, 1]``: ``(x - min) / (max -
+    min)`` over the image (an image of one value becomes 0), so that a
+    caption does not depend on the image's contrast or brightness
+    (`ModelConfig.normalize`)."""
+
+    def call(self, images):
+        low = ops.min(images, axis=(1, 2, 3), keepdims=True)
+        high = ops.max(images, axis=(1, 2, 3), keepdims=True)
+        return (images - low) / ops.maximum(high - low, 1e-3)
+
+
+@keras.saving.register_keras_serializable(package="attention_pipelines")
 class ApplicationInput(keras.layers.Layer):
     """Images in ``[0, 1]`` (gray or RGB) to what a keras.applications backbone
     reads: three channels, 0-255, then its module's ``preprocess_input``."""
@@ -152,6 +165,8 @@ class Captioner:
             self.cnn = [ApplicationInput(BACKBONES[m.backbone], name="backbone_input"),
                         backbone]  # fmt: skip
             self.grid = tuple(backbone.output.shape[1:3])
+        if m.normalize:
+            self.cnn.insert(0, PixelRange(name="pixel_range"))
         self.to_memory = keras.layers.Dense(m.units, name="grid_projection")
         self.positions = al.SinusoidalPositionEncoding2D(
             max_wavelength=GRID_WAVELENGTH, name="grid_positions"

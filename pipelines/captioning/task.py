@@ -89,7 +89,8 @@ class CaptioningTask(Task):
         server = self.serving_module(model, preprocessors, config)
         widths = tuple(args.beam_width) if getattr(args, "beam_width", None) else None
         return evaluate(run.root, server, config, examples, args.split, widths,
-                        getattr(args, "plots", 3))  # fmt: skip
+                        getattr(args, "plots", 3),
+                        getattr(args, "robustness", False))  # fmt: skip
 
     def plot_attention(self, module, config, examples, folder):
         from pipelines.captioning.evaluate import plot_attention

@@ -650,11 +650,12 @@ def test_every_preset_validates_and_builds(name):
 
 def test_the_quick_preset_is_the_digits_task_on_smaller_strips():
     """``digits-quick`` (the demo's) captions what ``digits`` does, strips of
-    1 to 5 digits with the same model and decoding, on smaller strips and
-    less training; its strips fit the image and no caption is cut."""
+    1 to 5 digits with the same decoding, on smaller strips with a coarser
+    grid and less training; its strips fit the image and no caption is cut."""
     quick, digits = preset("digits-quick"), preset("digits")
     assert quick.data.max_digits == digits.data.max_digits == 5
-    assert quick.model == digits.model and quick.decode == digits.decode
+    assert quick.decode == digits.decode
+    assert quick.model.pools > digits.model.pools
     assert quick.image.height * quick.image.width < (
         digits.image.height * digits.image.width
     )
