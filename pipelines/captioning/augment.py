@@ -47,7 +47,7 @@ def zoom_factors(scale: float) -> tuple[float, float]:
 class Augmenter:
     """The configured Keras layers, called on a batch in a `tf.data` map.
 
-    ``augment(images, boxes, has_boxes)`` takes float images ``[B, H, W, C]``
+    ``augmenter(images, boxes, has_boxes)`` takes float images ``[B, H, W, C]``
     in ``[0, 1]``, boxes ``[B, N, 4]`` as ``(top, left, bottom, right)`` in
     pixels (pad an image's list with one of its own boxes) and ``has_boxes``
     ``[B]`` (False: nothing to keep whole); it returns the new images and

@@ -253,3 +253,11 @@ def test_normalize_reads_an_image_alike_at_any_contrast():
     assert "pixel_range" not in [
         layer.name for layer in Captioner(preset("tiny").model, config.image, 20, 6).cnn
     ]
+
+
+def test_the_augmentation_benchmark_runs():
+    """benchmarks/bench_augment.py stays runnable (a few seconds)."""
+    from benchmarks.bench_augment import main
+
+    out = main(["--rounds", "1", "--batches", "2", "--strips", "128"])
+    assert 0 < out["ratio"]["median"] and out["train_step"]["median"] > 0
