@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import subprocess
 import sys
 import time
@@ -65,11 +66,12 @@ def _trained_config(task, run_dir, overrides):
     """The run's configuration with ``--set`` overrides that keep its fingerprint."""
     from pipelines.core import config as config_lib
     from pipelines.core.errors import PipelineError
+    from pipelines.core.recovery import require_trained
     from pipelines.core.run_dir import RunDir
     from pipelines.core.run_guard import run_config
 
     run = RunDir(run_dir)
-    run.require_trained(task.name)
+    require_trained(task, run)
     config = run_config(task, run)
     changed = config_lib.apply_overrides(config, overrides or [])
     if config_lib.fingerprint(changed) != config_lib.fingerprint(config):
@@ -164,6 +166,7 @@ def export_run(task, run_dir, base, name, version, overrides) -> Path:
     """Export a trained run under ``export.dtype``; returns the version folder."""
     from pipelines.core.errors import PipelineError
     from pipelines.core.export import publish
+    from pipelines.core.serving import served_signatures
     from pipelines.core.trainer import dtype_policy, load_trained
 
     config = _trained_config(task, run_dir, overrides)
@@ -178,13 +181,16 @@ def export_run(task, run_dir, base, name, version, overrides) -> Path:
             )
         requests = module.warmup_requests() if config.export.warmup else []
         warmup = ("serving_default", requests) if requests else None
+        # The signatures behind the request limits, and limits.json.
+        signatures, files = served_signatures(module, config.export)
         path = publish(
             module,
-            module.signatures(),
+            signatures,
             base,
-            name or Path(run_dir).name,
+            name if name is not None else Path(run_dir).resolve().name,
             version=version,
             warmup=warmup,
+            extra_files=files,
         )
     audit = (path / "assets.extra" / "op_audit.json").read_text()
     import json
@@ -209,17 +215,37 @@ def _export_path(args) -> Path:
         return resolve_export(args.export)
     if not args.base:
         raise ValueError("predict: give --export PATH, or --base and --name.")
+    if args.name is not None:
+        from pipelines.core.export_check import check_model_name
+
+        check_model_name(args.name, args.command)
     model_dir = Path(args.base) / (args.name or "")
     return resolve_export(model_dir / str(args.version) if args.version else model_dir)
 
 
 def cmd_predict(task, args) -> None:
+    from pipelines.core.errors import ConfigError, PipelineError
+
     inputs = list(args.inputs)
     if args.file:
-        inputs += Path(args.file).read_text(encoding="utf-8").splitlines()
+        from pipelines.data.user_files import read_lines
+
+        inputs += read_lines(args.file, "a UTF-8 text file, one input a line")
     if not inputs:
         raise ValueError(f"{args.command}: give inputs as arguments or with --file.")
-    task.client.predict(_export_path(args), inputs, args)
+    path = _export_path(args)
+    try:
+        task.client.predict(path, inputs, args)
+    except (PipelineError, ConfigError):
+        raise
+    except Exception as error:
+        # Loading or calling failed: a damaged export is named as such.
+        from pipelines.core.export_check import damaged_export_error
+
+        damaged = damaged_export_error(path, task.name)
+        if damaged is None:
+            raise
+        raise damaged from error
 
 
 def cmd_demo(task, args) -> None:
@@ -401,14 +427,36 @@ def parse(argv: list[str]):
     return task, args
 
 
+# TensorFlow's graph and node noise around an error's own text.
+_TF_NOISE = re.compile(
+    r"^(Graph execution error:|Detected at node .*|<stack traces unavailable>|"
+    r"File \".*|\[\[\{\{node .*)$"
+)
+_TF_SUFFIX = re.compile(r"\s*(\[\[\{\{node [^}]*\}\}\]\]|\[Op:[^\]]*\])")
+_ASSERTION = "assertion failed:"
+
+
 def _one_line(error: BaseException) -> str:
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    if not lines:
+    # An in-graph assertion's own text (tf.debugging.Assert's data, in
+    # brackets), without the node that raised it.
+    for line in lines:
+        if line.startswith(_ASSERTION):
+            text = line[len(_ASSERTION) :].strip()
+            text = _TF_SUFFIX.sub("", text).strip()
+            if text.startswith("[") and text.endswith("]"):
+                text = text[1:-1].strip()
+            if text:
+                return text
+    kept = [line for line in lines if not _TF_NOISE.match(line)]
+    kept = [_TF_SUFFIX.sub("", line).strip() for line in kept]
+    kept = [line for line in kept if line] or lines
+    if not kept:
         return type(error).__name__
     # TensorFlow's errors from a traced function open with "in user code:"
     # and end with the error itself.
-    return lines[-1] if lines[0].endswith(":") else lines[0]
+    return kept[-1] if kept[0].endswith(":") else kept[0]
 
 
 def native_log() -> Path:
@@ -470,10 +518,17 @@ def _split_cpu_from_env() -> None:
 
 
 def describe(error: Exception) -> str:
-    """One line for the user: the message, and what kind of failure it was."""
-    from pipelines.core.errors import ConfigError, PipelineError
+    """One line for the user: the message, and what kind of failure it was;
+    a full disk, a refused permission, a read-only file system or too many
+    open files (found anywhere in the error's chain or text) says what to
+    do. At most a few hundred characters (`pipelines.core.errors.capped`)."""
+    from pipelines.core.errors import ConfigError, PipelineError, capped, os_advice
 
-    line = _one_line(error)
+    if not isinstance(error, (PipelineError, ConfigError)):
+        advice = os_advice(error)
+        if advice:
+            return advice
+    line = capped(_one_line(error))
     if isinstance(error, (PipelineError, ConfigError)):
         return line
     if isinstance(error, (ValueError, FileNotFoundError, FileExistsError)):

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.core.errors import PipelineError
+from pipelines.core.errors import PipelineError, capped
+from pipelines.core.files import read_file
 from pipelines.core.run_dir import cache_dir
 
 SOURCE = Path(__file__).with_name("savedmodel_run.c")
@@ -404,7 +405,8 @@ exit status:
   1  the request failed (its status and message on stderr as one line, as
      `INVALID_ARGUMENT: ...`), or the export could not be loaded
   2  a wrong command line: unknown option, signature or input key, a value
-     that is not of the input's dtype, a file that cannot be read
+     that is not of the input's dtype, a file that cannot be read (or is
+     not a regular file), an argument that is not UTF-8
 
 example:
   python -m pipelines.cloader serving/dates/1 "source=9 mars 1987"
@@ -458,7 +460,9 @@ def _string_value(key: str, value: str) -> bytes:
     if value.startswith("@"):
         path = value[1:]
         try:
-            return Path(path).read_bytes()
+            return read_file(path, f"a file for {key}")
+        except PipelineError as error:
+            raise UsageError(f"{key}={value}: {error}") from None
         except OSError as error:
             reason = error.strerror or type(error).__name__
             raise UsageError(f"{key}={value}: cannot read {path}: {reason}") from None
@@ -558,7 +562,23 @@ def format_output(value: np.ndarray, prefix: str = "") -> str:
 
 
 def _one_line(message: str) -> str:
-    return " ".join(message.split())
+    return capped(" ".join(message.split()))
+
+
+def _check_utf8(args: argparse.Namespace) -> None:
+    """A command line holds text: bytes that are not UTF-8 (Python keeps
+    them as lone surrogates) are refused, naming the argument."""
+    items = [args.export_dir, args.signature, *(f"{k}={v}" for k, v in args.inputs)]
+    for item in items:
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raw = os.fsencode(item)
+            raise UsageError(
+                f"the argument {raw!r} is not UTF-8 text (byte "
+                f"{raw[error.start : error.start + 1]!r} at {error.start}); give "
+                "text in UTF-8, or raw bytes as KEY=@FILE"
+            ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -570,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
     args = parser.parse_args(argv)
     try:
+        _check_utf8(args)
         inputs, _ = signature_def(args.export_dir, args.signature)
         feed = parse_feed(args.inputs, inputs, args.signature)
     except (PipelineError, UsageError) as error:
@@ -584,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         # TensorFlow's message: the error on its first line, then the graph
         # node that raised it.
         lines = response.message.strip().splitlines() or [""]
-        print(f"{PROG}: {response.status}: {lines[0].strip()}", file=sys.stderr)
+        print(f"{PROG}: {response.status}: {capped(lines[0].strip())}", file=sys.stderr)
         return REQUEST_FAILED
     for key, value in sorted(response.outputs.items()):
         print(format_output(value, prefix=f"{key}: "))

@@ -47,12 +47,13 @@ class CaptioningClient(Client):
         parser.add_argument("--plot", help="write the first image's attention here")
 
     def predict(self, export_dir, inputs, args) -> None:
+        from pipelines.core.files import read_file
         from pipelines.core.serving import call_export
 
         images = []
         for path in inputs:
             try:
-                images.append(Path(path).read_bytes())
+                images.append(read_file(path, "an image file (PNG or JPEG)"))
             except OSError as error:
                 raise PipelineError(f"predict: cannot read {path}: {error}") from None
         options = search_feed(args)

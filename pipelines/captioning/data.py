@@ -15,12 +15,14 @@ caption). Image paths are relative to the folder.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.core.errors import PipelineError
+from pipelines.core.files import read_file
 from pipelines.core.task import Data
-from pipelines.data.user_files import jsonl_objects
+from pipelines.data.user_files import jsonl_objects, read_lines
 
 CAPTION_FILES = ("captions.jsonl", "captions.csv")
 SAMPLE_COUNT = 3  # images demo shows
@@ -168,9 +170,14 @@ def read_folder(folder: str | Path) -> list[Example]:
     examples = []
     for name, texts in captions.items():
         file = folder / name
-        if not file.is_file():
+        if not file.exists():
             raise PipelineError(f"data: {path} names {name}, which is not in {folder}")
-        data = file.read_bytes()
+        try:
+            data = read_file(file, "an image file (PNG or JPEG)")
+        except OSError as error:
+            raise PipelineError(
+                f"data: {file}: cannot be read ({error.strerror})"
+            ) from None
         if not is_image(data):
             raise PipelineError(f"data: {file} is not a PNG or JPEG image")
         examples.append(Example(data, tuple(texts), None, name))
@@ -181,7 +188,8 @@ def _caption_rows(path: Path):
     """``(where, image, caption or list)`` of a captions file, ``where`` its
     path and line for messages."""
     if path.suffix == ".csv":
-        with open(path, encoding="utf-8", newline="") as handle:
+        text = "\n".join(read_lines(path, "a CSV file of images and captions"))
+        with io.StringIO(text, newline="") as handle:
             reader = csv.DictReader(handle)
             if reader.fieldnames and not {"image", "caption"} <= set(reader.fieldnames):
                 raise PipelineError(

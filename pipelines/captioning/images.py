@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from pipelines.core.serving import checked_image_pixels
+
 PNG_START, PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND\xaeB`\x82"
 JPEG_START, JPEG_END = b"\xff\xd8\xff", b"\xff\xd9"
 MIN_BYTES = len(PNG_START) + len(PNG_END)
@@ -31,17 +33,23 @@ MIN_BYTES = len(PNG_START) + len(PNG_END)
 def _complete(data: tf.Tensor) -> tf.Tensor:
     """Per row: a PNG with its ``IEND`` trailer or a JPEG with its end marker."""
     png = tf.strings.substr(data, 0, len(PNG_START)) == PNG_START
+    png &= tf.strings.substr(data, 12, 4) == b"IHDR"  # the first chunk
     png &= tf.strings.substr(data, -len(PNG_END), len(PNG_END)) == PNG_END
     jpeg = tf.strings.substr(data, 0, len(JPEG_START)) == JPEG_START
     jpeg &= tf.strings.substr(data, -len(JPEG_END), len(JPEG_END)) == JPEG_END
     return png | jpeg
 
 
-def decode_images(data, image, name: str = "image") -> tf.Tensor:
+def decode_images(
+    data, image, name: str = "image", max_pixels: int | None = None
+) -> tf.Tensor:
     """``[B]`` PNG or JPEG bytes to float32 ``[B, height, width, channels]``.
 
     ``image`` is the `ImageConfig` (size and channels). Checks come first: a
-    ``[B]`` vector, and every row a complete PNG or JPEG file.
+    ``[B]`` vector, every row a complete PNG or JPEG file and, given
+    ``max_pixels``, no header declaring more pixels (read before decoding,
+    `pipelines.core.serving.checked_image_pixels`). Images are decoded one at
+    a time, so a request holds at most one at full size.
     """
     data = tf.convert_to_tensor(data, tf.string)
     rank = tf.rank(data)
@@ -67,6 +75,8 @@ def decode_images(data, image, name: str = "image") -> tf.Tensor:
     )  # fmt: skip
     with tf.control_dependencies([check]):
         data = tf.identity(data)
+    if max_pixels is not None:
+        data = checked_image_pixels(name, data, max_pixels)
     size = [image.height, image.width]
 
     def one(file):
@@ -87,4 +97,5 @@ def decode_images(data, image, name: str = "image") -> tf.Tensor:
         one,
         data,
         fn_output_signature=tf.TensorSpec([*size, image.channels], tf.float32),
+        parallel_iterations=1,
     )

@@ -13,10 +13,11 @@ attention over the grid's rows and columns (``T = tokenizer.max_words + 1``,
 zero after ``[END]``); ``words`` ``[B, T]``, the word written at each row.
 
 Defined results (documented in docs/pipelines/captioning.md): an empty batch
-gives empty outputs. A row that is not a complete PNG or JPEG file, a length
-penalty that is negative or not finite, or a beam width outside
-``[1, decode.beam_width]`` is an ``InvalidArgument`` that names the input;
-the whole request fails, and the model goes on serving.
+gives empty outputs. A row that is not a complete PNG or JPEG file, or
+whose header declares more than ``export.max_image_pixels`` pixels (checked
+before decoding), a length penalty that is negative or not finite, or a beam
+width outside ``[1, decode.beam_width]`` is an ``InvalidArgument`` that
+names the input; the whole request fails, and the model goes on serving.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pipelines.core.serving import ServingModule
 
 class CaptionServer(ServingModule):
     compiles_decoding = True
+    image_inputs = ("image",)
 
     def __init__(self, model, tokenizer, config):
         super().__init__(model.trainer, name="captioner")
@@ -43,6 +45,7 @@ class CaptionServer(ServingModule):
         self.default_beam_width = config.decode.default_beam_width
         self.default_length_penalty = config.decode.length_penalty
         self.jit_compile = config.export.jit_compile
+        self.max_pixels = config.export.max_image_pixels
         if self.jit_compile:
             self.compiled_search = xla(self.search)
 
@@ -83,7 +86,9 @@ class CaptionServer(ServingModule):
             beam_width = self.default_beam_width
         if length_penalty is None:
             length_penalty = self.default_length_penalty
-        pixels = decode_images(images, self.image, name="image")
+        pixels = decode_images(
+            images, self.image, name="image", max_pixels=self.max_pixels
+        )
         beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
         return self.caption_pixels(pixels, beam_width, length_penalty)
 

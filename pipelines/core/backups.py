@@ -11,10 +11,16 @@ as the generation before the first epoch's (a damaged first epoch is trained
 again); if every generation of a later epoch is damaged, it stops and says
 so rather than start afresh.
 
-Layout: ``backup/epoch-NNNNNN/{model.weights.h5, state.json}``; the weights
-file holds the model and the optimizer (Keras saves both), ``state.json``
-the epoch count, the optimizer's step count, the history rows and the early
-stopping state.
+Layout: ``backup/epoch-NNNNNN/{model.weights.h5, best.weights.h5,
+state.json}``; the weights file holds the model and the optimizer (Keras
+saves both), ``best.weights.h5`` a copy of the run's best weights at that
+epoch (when there are any), ``state.json`` the epoch count, the optimizer's
+step count, the full history, the early stopping state and, from the
+trainer, the task, the configuration and its fingerprint. The newest sound
+generation is the run's source of truth: ``run.json``, ``config.yaml``,
+``history.csv`` and the best weights are rebuilt from it
+(`pipelines.core.recovery`). A ``state.json`` that parses but holds a value
+of the wrong type counts as damaged.
 
 Example:
 
@@ -37,6 +43,7 @@ from pathlib import Path
 
 from pipelines.core.run_dir import (
     PipelineError,
+    commit_point,
     fsync,
     partial_name,
     read_json,
@@ -46,8 +53,27 @@ from pipelines.core.run_dir import (
 )
 
 WEIGHTS = "model.weights.h5"
+BEST = "best.weights.h5"
 STATE = "state.json"
 _GENERATION = re.compile(r"^epoch-(\d{6})$")
+_NUMBER = (int, float)
+# The types of state.json's values, when present (None allowed where listed).
+_TYPES = {
+    "iterations": (int,),
+    "history": (list,),
+    "best": _NUMBER,
+    "best_epoch": (int, type(None)),
+    "best_sha256": (str, type(None)),
+    "wait": (int,),
+    "stopped_early": (bool,),
+    "phase": (int,),
+    "phase_start": (int,),
+    "learning_rate": _NUMBER,
+    "lr_wait": (int,),
+    "fingerprint": (str,),
+    "task": (str,),
+    "config": (dict,),
+}
 
 
 class Backups:
@@ -59,8 +85,10 @@ class Backups:
         self.folder = Path(folder)
         self.keep = keep
         self.log = log
-        # The generations the last `restore` skipped, newest first, and why.
+        # The generations the last `restore` skipped, newest first, and why,
+        # and the one it restored.
         self.skipped: list[tuple[Path, str]] = []
+        self.restored: Path | None = None
 
     def generations(self) -> list[Path]:
         """Generation folders, newest (most epochs) first."""
@@ -69,8 +97,9 @@ class Backups:
         found = [p for p in self.folder.iterdir() if _GENERATION.match(p.name)]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
-    def save(self, model, state: dict) -> Path:
-        """Write ``model`` (and its optimizer) and ``state`` as a new generation."""
+    def save(self, model, state: dict, best: Path | None = None) -> Path:
+        """Write ``model`` (and its optimizer), a copy of the ``best`` weights
+        file (if given and present) and ``state`` as a new generation."""
         epoch = int(state["epoch"])
         name = f"epoch-{epoch:06d}"
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -78,22 +107,36 @@ class Backups:
         tmp = self.folder / partial_name(name)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        model.save_weights(str(tmp / WEIGHTS))
-        fsync(tmp / WEIGHTS)  # on the disk before its checksum is trusted
-        files = {WEIGHTS: {"bytes": (tmp / WEIGHTS).stat().st_size}}
-        files[WEIGHTS]["sha256"] = sha256(tmp / WEIGHTS)
-        write_json(tmp / STATE, {**state, "files": files})
+        try:
+            model.save_weights(str(tmp / WEIGHTS))
+            if best is not None and best.is_file():
+                shutil.copyfile(best, tmp / BEST)
+            files = {}
+            for path in sorted(tmp.iterdir()):
+                fsync(path)  # on the disk before its checksum is trusted
+                files[path.name] = {"bytes": path.stat().st_size,
+                                    "sha256": sha256(path)}  # fmt: skip
+            write_json(tmp / STATE, {**state, "files": files})
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no part
+            raise
         final = self.folder / name
         if final.exists():  # a replayed epoch: the new state supersedes it
-            shutil.rmtree(final)
+            commit_point(f"replace backup {name}")
+            os.rename(final, self.folder / partial_name(f"{name}.old"))
+            shutil.rmtree(self.folder / partial_name(f"{name}.old"))
+        commit_point(f"backup {name}")
         os.rename(tmp, final)
         fsync(self.folder)
         for old in self.generations()[self.keep :]:
+            commit_point(f"remove backup {old.name}")
             shutil.rmtree(old, ignore_errors=True)
         return final
 
     def problem(self, generation: Path) -> str | None:
-        """Why ``generation`` cannot be trusted, or None if its files check out."""
+        """Why ``generation`` cannot be trusted, or None if its files check out
+        (present, of their recorded size and checksum) and its state's values
+        have the types they should."""
         state_path = generation / STATE
         if not state_path.is_file():
             return f"{state_path} is missing"
@@ -101,16 +144,10 @@ class Backups:
             state = read_json(state_path)
         except PipelineError as error:
             return str(error).rstrip(".")
-        if not isinstance(state, dict) or "epoch" not in state:
-            return f"{state_path} holds no epoch"
-        files = state.get("files")
-        listed = isinstance(files, dict) and all(
-            isinstance(e, dict) and {"bytes", "sha256"} <= set(e)
-            for e in files.values()
-        )
-        if not listed:
-            return f"{state_path} lists no checksummed files"
-        for name, expected in files.items():
+        wrong = _wrong_value(state, _epoch(generation))
+        if wrong:
+            return f"{state_path} is damaged ({wrong})"
+        for name, expected in state["files"].items():
             path = generation / name
             if not path.is_file():
                 return f"{path} is missing"
@@ -119,6 +156,14 @@ class Backups:
                 return f"{path} is truncated ({size} of {expected['bytes']} bytes)"
             if sha256(path) != expected["sha256"]:
                 return f"{path} does not match its checksum"
+        return None
+
+    def newest(self) -> tuple[Path, dict] | None:
+        """The newest generation whose files check out (`problem`), and its
+        state; None if there is none. Nothing is loaded."""
+        for generation in self.generations():
+            if self.problem(generation) is None:
+                return generation, read_json(generation / STATE)
         return None
 
     def restore(self, model) -> dict | None:
@@ -135,7 +180,7 @@ class Backups:
             PipelineError: every generation is damaged and the newest is past
                 the first epoch (starting afresh would lose more than it).
         """
-        self.skipped = []
+        self.skipped, self.restored = [], None
         generations = self.generations()
         if not generations:
             return None
@@ -154,6 +199,7 @@ class Backups:
                 self.skipped.append((generation, problem))
                 continue
             state = read_json(generation / STATE)
+            self.restored = generation
             if self.skipped:
                 where = (
                     f"Resuming from {generation.name} (after epoch {state['epoch']})"
@@ -181,6 +227,38 @@ class Backups:
             skipped = f"backups {', '.join(names[:-1])} and {names[-1]} cannot be used"
         again = f"epoch {first} is" if first == last else f"epochs {first}-{last} are"
         return f"{resumed}: {skipped}, {reasons}; {again} trained again."
+
+
+def _wrong_value(state, epoch: int) -> str | None:
+    """What is wrong with a parsed ``state.json`` of the generation of
+    ``epoch``: a missing or mistyped value; None if nothing is."""
+    if not isinstance(state, dict):
+        return f"expected an object, received {type(state).__name__}"
+    value = state.get("epoch")
+    if isinstance(value, bool) or not isinstance(value, int) or value != epoch:
+        return f"epoch is {value!r}, expected {epoch} (the folder's name)"
+    for key, types in _TYPES.items():
+        value = state.get(key)
+        if key in state and (isinstance(value, bool) is not (bool in types)
+                             or not isinstance(value, types)):  # fmt: skip
+            return f"{key} is {value!r}, expected {_names(types)}"
+    rows = state.get("history", [])
+    if not all(isinstance(r, dict) and isinstance(r.get("epoch"), int) for r in rows):
+        return "history holds a row that is not an epoch's"
+    files = state.get("files")
+    listed = isinstance(files, dict) and bool(files) and all(
+        isinstance(e, dict)
+        and isinstance(e.get("bytes"), int)
+        and isinstance(e.get("sha256"), str)
+        for e in files.values()
+    )  # fmt: skip
+    if not listed or WEIGHTS not in files:
+        return "it lists no checksummed weights"
+    return None
+
+
+def _names(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
 def _epoch(generation: Path) -> int:

@@ -48,7 +48,8 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from pipelines.core.errors import ConfigError
+from pipelines.core.errors import ConfigError, PipelineError
+from pipelines.core.files import read_file
 from pipelines.core.run_dir import write_text
 
 # Field metadata: the range a value must lie in (checked on load and --set).
@@ -168,13 +169,22 @@ class DecodeConfig:
 @dataclass
 class ExportConfig:
     """The SavedModel: its compute dtype (whatever the training process used),
-    its warmup file, and whether XLA compiles its decoding."""
+    its warmup file, whether XLA compiles its decoding, and the request limits
+    its signatures check (``max_*``)."""
 
     dtype: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     warmup: bool = True  # write assets.extra/tf_serving_warmup_requests
     # Decode with XLA, inputs padded to a few shapes (pipelines.core.compiled);
     # TF Serving then needs --xla_cpu_compilation_enabled=true.
     jit_compile: bool = False
+    # The most one request may hold, checked in the served graph before any
+    # work (pipelines.core.serving.RequestLimits; docs/pipelines/deploying.md):
+    # rows of every input, bytes of each text string and of each image file,
+    # and pixels an image's header declares (read before it is decoded).
+    max_batch_rows: int = field(default=128, metadata=POSITIVE)
+    max_string_bytes: int = field(default=65_536, metadata=POSITIVE)
+    max_image_bytes: int = field(default=20 * 2**20, metadata=POSITIVE)
+    max_image_pixels: int = field(default=40_000_000, metadata=POSITIVE)
 
 
 @dataclass
@@ -430,6 +440,46 @@ def from_dict(
     return _merge(base, values, "", origin).validate()
 
 
+class _NotYamlError(ConfigError):
+    """The text does not parse as YAML (``--set`` then takes it as a string)."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML's safe subset without anchors and aliases (``&name``, ``*name``):
+    an alias expands to a copy of its anchor's node, so a few hundred bytes
+    of nested aliases ("billion laughs") would become gigabytes."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            mark = event.start_mark
+            raise ConfigError(
+                f"line {mark.line + 1}, column {mark.column + 1}: YAML anchors "
+                f"and aliases (&{event.anchor}, *{event.anchor}) are not "
+                "accepted; write the value out in full (quote it if it is text)"
+            )
+        return super().compose_node(parent, index)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """The value of one YAML document from ``where`` (a file, ``--set KEY``),
+    with no anchors or aliases (`_NoAliasLoader`).
+
+    Raises:
+        ConfigError: an anchor or alias, naming ``where`` and the line; or
+            text that is not YAML (`_NotYamlError`).
+    """
+    loader = _NoAliasLoader(text)
+    try:
+        return loader.get_single_data()
+    except ConfigError as error:
+        raise ConfigError(f"config: {where}: {error}.") from None
+    except yaml.YAMLError as error:
+        raise _NotYamlError(f"config: {where} is not valid YAML ({error}).") from None
+    finally:
+        loader.dispose()
+
+
 def load(
     path_or_preset: str, presets: Presets, default: str | None = None
 ) -> RunConfig:
@@ -437,12 +487,13 @@ def load(
     from; ``default`` otherwise)."""
     path = Path(path_or_preset)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"config: no such file {str(path)!r}.")
         try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config: {path} is not valid YAML ({error}).") from None
+            text = read_file(path, "a YAML config file").decode("utf-8")
+        except (PipelineError, OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config: {path}: cannot be read ({error}).") from None
+        values = parse_yaml(text, str(path)) or {}
         if not isinstance(values, dict):
             raise ConfigError(f"config: {str(path)!r} must hold a mapping.")
         return from_dict(values, presets, origin=str(path), default=default)
@@ -464,8 +515,8 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
         for part in parents:
             cursor = cursor.setdefault(part, {})
         try:
-            cursor[last] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            cursor[last] = parse_yaml(raw, f"--set {dotted}") if raw.strip() else ""
+        except _NotYamlError:
             cursor[last] = raw
         nested = _renamed(type(config), nested, f"--set {item}")
         config = _merge(config, nested, "", f"--set {item}")

@@ -40,7 +40,8 @@ from pathlib import Path
 import tensorflow as tf
 
 from pipelines.core.errors import PipelineError
-from pipelines.core.run_dir import cache_dir, pid_alive
+from pipelines.core.export_check import check_model_name
+from pipelines.core.run_dir import cache_dir, commit_point, pid_alive
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 AUDIT_FILE = "op_audit.json"
@@ -110,17 +111,40 @@ print("\\n".join(sorted(o.name for o in ops.op)))
 """
 
 
+# Ops every SavedModel of ours uses: a cache without them is damaged.
+_KNOWN_CORE_OPS = {"Cast", "Const", "Identity", "NoOp", "StatefulPartitionedCall"}
+
+
+def _core_ops_header(count: int) -> str:
+    return f"# core ops of TensorFlow {tf.__version__}: {count}"
+
+
+def _cached_core_ops(cache: Path) -> set[str] | None:
+    """The cached list, or None when it is missing or damaged (truncated,
+    another TensorFlow's, not ours): a header line naming this TensorFlow
+    and the count, then that many op names, the known core ops among them."""
+    try:
+        lines = cache.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    ops = {line.strip() for line in lines[1:] if line.strip()}
+    if not lines or lines[0] != _core_ops_header(len(ops)):
+        return None
+    return ops if _KNOWN_CORE_OPS <= ops else None
+
+
 def core_ops() -> set[str]:
     """Op types core TensorFlow registers, listed in a process without tf-text.
 
     The list is cached per TensorFlow version in the user's cache folder, so
-    only the first export on a machine pays for the second process.
+    only the first export on a machine pays for the second process; a cache
+    that fails its check (`_cached_core_ops`) is listed again and replaced
+    (atomically: a temporary file renamed into place).
     """
     cache = cache_dir() / f"core-ops-tf-{tf.__version__}.txt"
-    if cache.exists():
-        ops = set(cache.read_text().split())
-        if ops:
-            return ops
+    ops = _cached_core_ops(cache)
+    if ops is not None:
+        return ops
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     out = subprocess.run(
         [sys.executable, "-c", _CORE_OPS],
@@ -130,10 +154,21 @@ def core_ops() -> set[str]:
         check=True,
     ).stdout
     ops = set(out.split())
+    if not _KNOWN_CORE_OPS <= ops:
+        raise PipelineError(
+            "export: listing TensorFlow's core ops gave "
+            f"{len(ops)} names, without {sorted(_KNOWN_CORE_OPS - ops)}; the "
+            "TensorFlow installation looks broken (reinstall it)."
+        )
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.partial")
-    tmp.write_text("\n".join(sorted(ops)) + "\n")
-    tmp.replace(cache)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.partial")
+    text = "\n".join([_core_ops_header(len(ops)), *sorted(ops)]) + "\n"
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        commit_point(f"write {cache.name}")
+        tmp.replace(cache)
+    except OSError:  # a cache that cannot be written is listed again next time
+        tmp.unlink(missing_ok=True)
     return ops
 
 
@@ -188,6 +223,7 @@ def claim_version(tmp: Path, model_dir: Path, version: int | None) -> Path:
         number = next_version(model_dir) if version is None else version
         final = model_dir / str(number)
         try:
+            commit_point(f"publish {model_dir.name}/{number}")
             os.rename(tmp, final)
             return final
         except OSError as error:
@@ -210,11 +246,13 @@ def publish(
     version: int | None = None,
     warmup: tuple[str, list[dict]] | None = None,
     audit: bool = True,
+    extra_files: dict[str, str] | None = None,
 ) -> Path:
     """Save ``module`` as ``<base_dir>/<name>/<version>`` and return that path.
 
     ``version`` defaults to the next free integer; an existing version raises
-    ``FileExistsError``. ``warmup`` is ``(signature_name, [feed, ...])``.
+    ``FileExistsError``. ``warmup`` is ``(signature_name, [feed, ...])``;
+    ``extra_files`` (file name -> text) are written to ``assets.extra/``.
     With ``audit``, an op outside core TensorFlow and TF Text 2.20 stops the
     export before any version appears (`PipelineError`). Each signature is
     also saved as a function of the module (``loaded.serving_default(...)``,
@@ -227,7 +265,7 @@ def publish(
         raise ValueError(
             f"export: version must be a positive int, received {version!r}."
         )
-    model_dir = Path(base_dir) / name
+    model_dir = Path(base_dir) / check_model_name(name)
     model_dir.mkdir(parents=True, exist_ok=True)
     if version is not None and (model_dir / str(version)).exists():
         raise FileExistsError(
@@ -252,6 +290,8 @@ def publish(
         if warmup is not None:
             signature, feeds = warmup
             write_warmup(extra / WARMUP_FILE, signature, feeds)
+        for file_name, text in (extra_files or {}).items():
+            (extra / file_name).write_text(text)
         if audit:
             report = audit_ops(tmp)
             (extra / AUDIT_FILE).write_text(json.dumps(report, indent=2) + "\n")

@@ -14,7 +14,9 @@ A run lives in one folder; every task writes the same core files::
 
 plus the task's own files (tokenizers, predictions). Every file is written
 to a temporary name and renamed into place, so a crash never leaves half a
-file under a real name.
+file under a real name. Each such commit (a rename or a removal) first calls
+`commit_point`, the one place a crash test stops the process
+(``ATTENTION_PIPELINES_CRASH_AT=N`` kills it at the N-th).
 
 Example:
 
@@ -35,11 +37,37 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 from pathlib import Path
 from typing import Any
 
 from pipelines.core.errors import PipelineError
+
+# Crash-point testing (docs/pipelines/reliability.md): the process kills
+# itself at the N-th commit point; the labels of those passed are appended to
+# the log file, one a line, so a test counts the points of a command.
+CRASH_AT = "ATTENTION_PIPELINES_CRASH_AT"
+CRASH_LOG = "ATTENTION_PIPELINES_CRASH_LOG"
+_commits = 0
+
+
+def commit_point(label: str) -> None:
+    """Mark the next durable change (a rename into place, a removal).
+
+    Called just before the change: a crash here leaves the state before it.
+    With ``ATTENTION_PIPELINES_CRASH_AT=N`` the N-th call of the process
+    kills it with SIGKILL (no clean-up runs, as when a machine is lost);
+    ``ATTENTION_PIPELINES_CRASH_LOG=FILE`` appends each label to ``FILE``.
+    """
+    global _commits
+    _commits += 1
+    log = os.environ.get(CRASH_LOG)
+    if log:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"{_commits} {label}\n")
+    if os.environ.get(CRASH_AT) == str(_commits):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def cache_dir() -> Path:
@@ -109,6 +137,7 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        commit_point(f"write {path.name}")
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -146,11 +175,11 @@ def sha256(path: str | Path) -> str:
 class RunDir:
     """Paths of one run folder, and the guard that keeps runs apart."""
 
-    # What `train --overwrite` removes (with the task's own files).
+    # What `train --overwrite` removes (with the task's own files), in this
+    # order: the backups, the run's source of truth, first; what names the
+    # run's configuration last, so a kill part-way leaves no trained file
+    # under a folder that names another configuration.
     ARTIFACTS = (
-        "run.json",
-        "config.yaml",
-        "data_summary.txt",
         "backup",
         "checkpoints",
         "model.weights.h5",
@@ -158,7 +187,13 @@ class RunDir:
         "logs",
         "metrics.json",
         "plots",
+        "data_summary.txt",
+        "config.yaml",
+        "run.json",
     )
+    # run.json's status while `--overwrite` clears the folder: set in one
+    # step before anything is removed; a rerun finishes the clear.
+    OVERWRITING = "overwriting"
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -229,25 +264,49 @@ class RunDir:
             )
 
     def require_trained(self, task: str) -> None:
+        """Refuse a folder without sound final weights: not trained yet, half
+        cleared by an interrupted ``--overwrite``, or weights that do not
+        match the checksum ``run.json`` recorded."""
         self.check_task(task)
-        if not self.weights.exists():
+        train = f"`attention-pipelines {task} train --run-dir {self.root}`"
+        state = self.state() or {}
+        if state.get("status") == self.OVERWRITING:
             raise PipelineError(
-                f"{self.weights} not found: train first "
-                f"(`attention-pipelines {task} train --run-dir {self.root}`)."
+                f"{self.root} is being cleared by an interrupted `train --overwrite`; "
+                f"run {train} to finish it and train afresh."
             )
+        if not self.weights.exists():
+            raise PipelineError(f"{self.weights} not found: train first ({train}).")
+        expected = state.get("weights_sha256")
+        if state.get("status") == "finished" and expected:
+            if sha256(self.weights) != expected:
+                raise PipelineError(
+                    f"{self.weights} is damaged (it does not match the checksum "
+                    f"run.json recorded); {train} rebuilds it from the backups."
+                )
 
     def clear(self, extra: tuple[str, ...] = ()) -> list[str]:
-        """Remove what training writes (not exports); returns the names removed."""
+        """Remove what training writes (not exports); returns the names removed.
+
+        In `ARTIFACTS`' order, the task's files (``extra``) before
+        ``config.yaml``; a folder is renamed to a hidden name first (one
+        step), then deleted, so a kill never leaves half of one under its
+        name."""
         removed = []
-        for name in self.ARTIFACTS + tuple(extra):
+        *first, config, state = self.ARTIFACTS
+        for name in (*first, *extra, config, state):
             path = self.root / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-            else:
+            if not (path.exists() or path.is_symlink()):
                 continue
+            commit_point(f"remove {name}")
+            if path.is_dir() and not path.is_symlink():
+                aside = path.with_name(partial_name(name))
+                path.rename(aside)
+                shutil.rmtree(aside)
+            else:
+                path.unlink()
             removed.append(name)
+        fsync(self.root)
         return removed
 
     @contextlib.contextmanager

@@ -17,9 +17,12 @@
    ``train.lr_reduce_factor`` < 1;
 5. ``fit`` from the newest sound backup (`pipelines.core.backups`): no
    finished epoch is lost and the optimizer's step count continues (past a
-   damaged backup, its epoch is trained again); an early stop says after
-   which epoch, why, and which epoch's weights it keeps;
-6. the final weights: those of the best validation loss, written last.
+   damaged backup, its epoch is trained again); the backup is the run's
+   source of truth: the best weights and ``history.csv`` are made to match
+   it (`pipelines.core.recovery`); an early stop says after which epoch,
+   why, and which epoch's weights it keeps;
+6. the final weights: those of the best validation loss, written last, with
+   their checksum in ``run.json`` (a damaged file is rebuilt by a rerun).
 
 Only the chief worker writes; under ``MultiWorkerMirroredStrategy`` the other
 workers train and write nothing.
@@ -28,8 +31,6 @@ workers train and write nothing.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import math
 import sys
 import time
@@ -44,16 +45,32 @@ from pipelines.core.backups import Backups
 from pipelines.core.datasets import set_epoch, shard_by_data
 from pipelines.core.keras_compat import patch_multi_worker
 from pipelines.core.optimizers import OPTIMIZERS
+from pipelines.core.recovery import (
+    backup_fingerprint,
+    history_text,
+    holds_best,
+    recover,
+    require_trained,
+    sync_best,
+    sync_history,
+)
 from pipelines.core.run_dir import (
     PipelineError,
     RunDir,
+    commit_point,
     fsync,
     partial_name,
     remove_stale_partials,
     sha256,
     write_text,
 )
-from pipelines.core.run_guard import check_run, finished, nothing_to_do, run_config
+from pipelines.core.run_guard import (
+    check_run,
+    finished,
+    nothing_to_do,
+    run_config,
+    weights_sound,
+)
 from pipelines.core.strategy import is_chief, make_strategy, strategy_name
 from pipelines.core.task import Task
 from pipelines.core.warm_start import initialise_from
@@ -71,11 +88,17 @@ def dtype_policy(name: str | None):
 
 
 def save_weights(model: keras.Model, path: Path) -> Path:
-    """``model.save_weights`` to a temporary name, then renamed into place."""
+    """``model.save_weights`` to a temporary name, then renamed into place;
+    a failed write (a full disk) leaves no temporary behind."""
     tmp = path.with_name(partial_name(path.name) + ".weights.h5")
-    model.save_weights(str(tmp))
-    fsync(tmp)
-    tmp.replace(path)
+    try:
+        model.save_weights(str(tmp))
+        fsync(tmp)
+        commit_point(f"write {path.name}")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync(path.parent)
     return path
 
@@ -116,10 +139,17 @@ class RunState(keras.callbacks.Callback):
     """
 
     def __init__(
-        self, run: RunDir, backups: Backups, state: dict, train: config_lib.TrainConfig
+        self,
+        run: RunDir,
+        backups: Backups,
+        state: dict,
+        train: config_lib.TrainConfig,
+        identity: dict | None = None,
     ):
         super().__init__()
         self.run, self.backups, self.train = run, backups, train
+        # What each backup records of the run: task, config, fingerprint.
+        self.identity = dict(identity or {})
         self.patience = train.early_stopping_patience
         self.stale_best = False
         self.learning_rate = float(state.get("learning_rate", self.train.learning_rate))
@@ -197,7 +227,8 @@ class RunState(keras.callbacks.Callback):
             ):
                 self._reduce_learning_rate(epoch)
         if self.chief:
-            self.backups.save(self.model, self.state(epoch + 1))
+            best = self.run.best_weights
+            self.backups.save(self.model, self.state(epoch + 1), best=best)
             write_history(self.run.history, self.history)
 
     def early_stop_line(self, epoch: int, validated: bool = True) -> str:
@@ -243,6 +274,7 @@ class RunState(keras.callbacks.Callback):
     def state(self, epochs: int) -> dict:
         best = self.run.best_weights
         return {
+            **self.identity,
             "epoch": epochs,
             "iterations": int(
                 keras.ops.convert_to_numpy(self.model.optimizer.iterations)
@@ -274,8 +306,9 @@ class RunState(keras.callbacks.Callback):
             return
         if self.chief and not quiet:
             print(
-                f"warning: {best} is from an epoch after the restored state; it is "
-                "removed and the best epoch is tracked again from here."
+                f"warning: {best} is not from the restored state (a backup of an "
+                "older version holds no copy of it); it is set aside and the "
+                "best epoch is tracked again from here."
             )
         self.best, self.best_epoch = math.inf, None
         self.stale_best = True
@@ -283,12 +316,7 @@ class RunState(keras.callbacks.Callback):
 
 def write_history(path: Path, rows: list[dict]) -> None:
     """``history.csv``: one row per finished epoch, rewritten atomically."""
-    keys = ["epoch"] + sorted({k for row in rows for k in row} - {"epoch"})
-    out = io.StringIO()
-    writer = csv.DictWriter(out, keys, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(path, out.getvalue())
+    write_text(path, history_text(rows))
 
 
 def check_data(data) -> None:
@@ -331,17 +359,25 @@ def train(
     run = RunDir(run_dir)
     chief = is_chief()
     with run.lock() if chief else contextlib.nullcontext():
+        if chief:
+            for folder in (run.root, run.checkpoints, run.backup):
+                remove_stale_partials(folder)
+            if not overwrite:
+                recover(task, run)
         if chief or not overwrite:
             previous = check_run(task, config, run, overwrite, chief=chief)
         else:  # the chief clears the folder; this worker must not judge it now
             previous = None
         if chief:
-            for folder in (run.root, run.checkpoints, run.backup):
-                remove_stale_partials(folder)
             config_lib.save(config, run.config_path)
         if finished(previous, config):
-            print(nothing_to_do(run, previous))
-            return previous
+            if weights_sound(run, previous):
+                print(nothing_to_do(run, previous))
+                return previous
+            print(
+                f"{run.weights} is missing or damaged; it is rebuilt from the "
+                f"newest backup in {run.backup}."
+            )
         if chief:
             run.write_state(
                 task=task.name,
@@ -427,17 +463,32 @@ def _model(task: Task, config, run: RunDir, preprocessors, strategy):
         if not restored and config.train.init_from:
             initialise_from(task, model, config, config.train.init_from)
     fell_back = bool(backups.skipped)  # said so in one line
+    fingerprint = config_lib.fingerprint(config)
+    if restored and backup_fingerprint(task, restored) not in (None, fingerprint):
+        raise PipelineError(
+            f"{backups.restored} was made under another configuration than "
+            f"{run.root}'s newest backup; rerun with --overwrite to start afresh."
+        )
     if restored and not fell_back:
         print(
             f"Resuming after epoch {restored.get('epoch', 0)} (optimizer step "
             f"{restored.get('iterations')}) from {run.backup}"
         )
-    state = RunState(run, backups, restored, config.train)
+    identity = {"task": task.name, "fingerprint": fingerprint,
+                "config": config_lib.to_dict(config)}  # fmt: skip
+    state = RunState(run, backups, restored, config.train, identity)
     # fit sets the model too; a rerun with no epoch left (killed after its
     # last backup, or `train.epochs` raised to where it stood) fits none.
     state.set_model(model.trainer)
     if restored or fell_back:
-        state.forget_best_if_stale(restored, quiet=fell_back)
+        # The chief puts the backup's copy of the best weights back; every
+        # worker reads the same backup, so all agree without the file.
+        if is_chief():
+            matches = sync_best(run, backups.restored, restored)
+        else:
+            matches = holds_best(backups.restored, restored)
+        if not matches:
+            state.forget_best_if_stale(restored, quiet=fell_back)
     return model, state, restored
 
 
@@ -509,8 +560,10 @@ def _finish(run: RunDir, model, state, restored: dict, fitted: bool, t0: float):
             "learning rate is part of this run's fingerprint)."
         )
     chief = is_chief()
-    if chief and run.best_weights.exists():
+    if chief and run.best_weights.exists() and not state.stale_best:
         model.trainer.load_weights(str(run.best_weights))
+    if chief and state.stale_best:
+        run.best_weights.unlink(missing_ok=True)  # set aside, not from this run
     epochs = len(state.history)
     final = {
         "status": "finished",
@@ -528,8 +581,9 @@ def _finish(run: RunDir, model, state, restored: dict, fitted: bool, t0: float):
         "seconds": round(time.time() - t0, 1),
     }
     if chief:
+        sync_history(run, state.history)  # a kill after the last backup
         save_weights(model.trainer, run.weights)
-        final = run.write_state(**final)
+        final = run.write_state(**final, weights_sha256=sha256(run.weights))
     return final
 
 
@@ -546,10 +600,17 @@ def load_trained(
     ``config`` replaces the run's own (with the same fingerprint).
     """
     run = RunDir(run_dir)
-    run.require_trained(task.name)
+    require_trained(task, run)
     config = config or run_config(task, run)
     preprocessors = task.preprocessors(run, None, config, create=False)
     with dtype_policy(dtype or config.export.dtype):
         model = task.build_model(config, preprocessors)
-        model.trainer.load_weights(str(run.weights))
+        try:
+            model.trainer.load_weights(str(run.weights))
+        except Exception as error:  # h5py and Keras raise many types
+            raise PipelineError(
+                f"{run.weights} cannot be read ({type(error).__name__}); "
+                f"`attention-pipelines {task.name} train --run-dir {run.root}` "
+                "rebuilds it from the backups."
+            ) from error
     return config, preprocessors, model

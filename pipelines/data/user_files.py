@@ -2,7 +2,10 @@
 
 Every reader takes UTF-8 (a byte-order mark on the first line is dropped) and
 raises `PipelineError` naming the file, the line (from 1) and what was
-expected and received:
+expected and received. A file must be a regular file of at most
+`pipelines.core.files.max_bytes` bytes (2 GiB unless
+``ATTENTION_PIPELINES_MAX_FILE_BYTES`` says otherwise): a FIFO, a device
+such as ``/dev/zero`` or a larger file is refused before it is read.
 
 * TSV: one pair a line, fields separated by tabs; the source and target columns
   are chosen by index. No quoting: a field is everything between two tabs.
@@ -21,18 +24,20 @@ import json
 from pathlib import Path
 
 from pipelines.core.errors import PipelineError
+from pipelines.core.files import read_file
 
 
 def read_lines(path: str | Path, what: str = "a UTF-8 text file") -> list[str]:
     """The lines of a UTF-8 file, without line ends.
 
     Raises:
-        PipelineError: the file is missing or unreadable (the message says it
-            should be ``what``), or a line is not valid UTF-8.
+        PipelineError: the file is missing, unreadable, not a regular file or
+            too large (the message says it should be ``what``), or a line is
+            not valid UTF-8.
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_file(path, what)
     except FileNotFoundError:
         raise PipelineError(f"{path}: no such file (expected {what})") from None
     except OSError as error:

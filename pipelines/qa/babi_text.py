@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipelines.core.errors import PipelineError
+from pipelines.core.files import read_file
 from pipelines.qa.babi import QAExample, load_babi, parse_babi_spec
 
 TASK_NAMES: dict[int, str] = {
@@ -127,7 +128,7 @@ def read_babi_text(path: str | Path, task: int = 0) -> list[QAExample]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_file(path, "a bAbI text file").decode("utf-8")
     except FileNotFoundError:
         raise PipelineError(
             f"{path}: no such file (expected a bAbI text file)"

@@ -162,6 +162,8 @@ def test_signature_with_scalar_options(export):
             ["--signature", "with_options", "length_penalty=high"],
             "length_penalty=high: length_penalty is float32; give a number",
         ),
+        # Bytes that are not UTF-8 reach Python as lone surrogates.
+        (["text=\udcff\udcfe"], "the argument b'text=\\xff\\xfe' is not UTF-8 text"),
     ],
     ids=[
         "missing-file",
@@ -171,6 +173,7 @@ def test_signature_with_scalar_options(export):
         "unknown-signature",
         "scalar-twice",
         "not-a-float",
+        "not-utf8",
     ],
 )
 def test_a_command_line_that_does_not_fit_exits_2(export, tmp_path, args, message):

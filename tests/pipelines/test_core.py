@@ -170,11 +170,12 @@ def test_clear_removes_training_files_only(tmp_path):
         (tmp_path / name).write_text("x")
     (tmp_path / "backup" / "epoch-000001").mkdir(parents=True)
     (tmp_path / "serving" / "m" / "1").mkdir(parents=True)
+    # The backups (the run's source of truth) first, run.json last.
     assert run.clear(("tokens.json",)) == [
-        "run.json",
         "backup",
         "history.csv",
         "tokens.json",
+        "run.json",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "serving"]
 
@@ -255,11 +256,11 @@ def test_best_weights_of_a_replayed_epoch_are_forgotten(tmp_path, capsys):
     worker.chief = False
     worker.forget_best_if_stale(stale)
     assert worker.best == float("inf") and run.best_weights.exists()
-    assert "from an epoch after" not in capsys.readouterr().out
+    assert "is not from the restored state" not in capsys.readouterr().out
     state = RunState(run, Backups(tmp_path / "b"), stale, train)
     state.forget_best_if_stale(stale)
     assert state.best == float("inf") and state.best_epoch is None
-    assert "from an epoch after the restored state" in capsys.readouterr().out
+    assert "is not from the restored state" in capsys.readouterr().out
     assert (
         run.best_weights.read_bytes() == b"weights of epoch 2"
     )  # until the epoch ends
@@ -604,11 +605,11 @@ def test_backups_restore_weights_optimizer_and_state(fitted, tmp_path):
 
     store = Backups(tmp_path, keep=2)
     for epoch in (1, 2, 3):
-        store.save(fitted, {"epoch": epoch, "history": [epoch]})
+        store.save(fitted, {"epoch": epoch, "history": [{"epoch": epoch}]})
     assert [p.name for p in store.generations()] == ["epoch-000003", "epoch-000002"]
     model = _fresh_model()
     state = store.restore(model)
-    assert state["epoch"] == 3 and state["history"] == [3]
+    assert state["epoch"] == 3 and state["history"] == [{"epoch": 3}]
     assert int(model.optimizer.iterations.numpy()) == 2  # the step count
     for a, b in zip(model.get_weights(), fitted.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -622,7 +623,7 @@ def test_backups_restore_weights_optimizer_and_state(fitted, tmp_path):
         ("flip", "does not match its checksum"),
         ("state", "state.json is damaged"),
         ("no-state", "state.json is missing"),
-        ("no-files", "state.json lists no checksummed files"),
+        ("no-files", "state.json is damaged (it lists no checksummed weights)"),
     ],
 )
 def test_a_damaged_generation_is_named_and_skipped(fitted, tmp_path, damage, message):

@@ -268,3 +268,207 @@ def test_a_run_that_stops_early_says_so(tmp_path, capsys):
     train(task, config, run)
     out = capsys.readouterr().out
     assert "stopped early after 2 epochs" in out and "keeping epoch 1;" in out
+
+
+# -- the newest sound backup is the run's source of truth ---------------------------
+
+
+def _one_line_refusal(error: PipelineError) -> str:
+    message = str(error)
+    assert "\n" not in message and len(message) < 400, message
+    return message
+
+
+def test_a_run_without_its_records_refuses_another_config(trained, tmp_path, capsys):
+    """A killed ``--overwrite`` of old used to remove run.json and config.yaml
+    first: the next run of a new configuration resumed the old backups and
+    trained on at the old rate. The backups name their configuration: the
+    records are rebuilt from them, and the new configuration is refused in
+    one line that names the difference and the fix."""
+    from pipelines.core.trainer import train
+
+    task, config = _task_config("train.epochs=2")
+    _, other = _task_config("train.epochs=2", "train.learning_rate=0.003")
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    (run / "run.json").unlink()
+    (run / "config.yaml").unlink()
+    capsys.readouterr()
+    with pytest.raises(PipelineError) as refused:
+        train(task, other, run)
+    message = _one_line_refusal(refused.value)
+    assert "trained with another configuration" in message
+    rate = f"train.learning_rate: {config.train.learning_rate!r} -> 0.003"
+    assert rate in message and "--overwrite" in message
+    out = capsys.readouterr().out
+    assert "Resuming" not in out
+    assert "rebuilt config.yaml and run.json from backup epoch-000002" in out
+    # The same configuration is the same run: it finishes, nothing retrained.
+    state = train(task, config, run)
+    assert state["status"] == "finished" and history_epochs(run) == [0, 1]
+    assert "Resuming after epoch 2" in capsys.readouterr().out
+
+
+def test_an_interrupted_overwrite_never_mixes_two_configs(trained, tmp_path, capsys):
+    """``--overwrite`` interrupted at each of its steps (the process stops
+    where `commit_point` is called): the next run of the new configuration,
+    without ``--overwrite``, either finds the old run whole and refuses it
+    in one line, or finishes the clear and starts afresh: never a resume."""
+    from pipelines.core import run_dir as run_dir_lib
+    from pipelines.core.run_guard import check_run
+
+    task, other = _task_config("train.learning_rate=0.003")
+
+    class Killed(BaseException):
+        pass
+
+    outcomes, step = [], 0
+    while True:
+        step += 1
+        run = RunDir(tmp_path / f"run-{step}")
+        shutil.copytree(trained, run.root)
+        calls = 0
+
+        def stop(label, at=step):
+            nonlocal calls
+            calls += 1
+            if calls == at:
+                raise Killed(label)
+
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(run_dir_lib, "commit_point", stop)
+                check_run(task, other, run, overwrite=True)
+        except Killed:
+            pass
+        else:
+            break  # every step passed: the clear is complete
+        try:
+            fresh = check_run(task, other, run) is None
+        except PipelineError as error:
+            assert "--overwrite" in _one_line_refusal(error)
+            outcomes.append("refused")
+            assert (run.backup / "epoch-000002").is_dir()  # the old run, whole
+            continue
+        assert fresh and not run.trained(), sorted(p.name for p in run.root.iterdir())
+        outcomes.append("cleared")
+    assert outcomes[0] == "refused" and outcomes[-1] == "cleared", outcomes
+    assert outcomes.count("refused") == 1  # the first step marks the folder
+    assert step > 8  # one step per file or folder removed, and the mark
+
+
+def test_a_kill_before_the_history_write_is_mended(trained, tmp_path):
+    """Killed between the last backup and the write of ``history.csv``: the
+    file missed its last row forever; the rerun writes it from the backup."""
+    from pipelines.core.trainer import train
+
+    task, config = _task_config("train.epochs=2")
+    run = _killed_copy(trained, tmp_path)
+    full = (run / "history.csv").read_text()
+    (run / "history.csv").write_text("".join(full.splitlines(True)[:-1]))
+    assert history_epochs(run) == [0]
+    train(task, config, run)
+    assert (run / "history.csv").read_text() == full
+
+
+def test_a_damaged_best_weights_file_is_put_back_from_the_backup(
+    trained, tmp_path, capsys
+):
+    """Killed at the last backup, with ``best.weights.h5`` damaged: every
+    rerun failed on it (after a warning that it "is removed"); the backup
+    holds a copy of the best weights, and the rerun puts it back."""
+    from pipelines.core.trainer import train
+
+    task, config = _task_config("train.epochs=2")
+    run = _killed_copy(trained, tmp_path)
+    best = run / "checkpoints" / "best.weights.h5"
+    _truncate(best)
+    capsys.readouterr()
+    state = train(task, config, run)
+    out = capsys.readouterr().out
+    assert f"{best} did not belong to backup epoch-000002" in out
+    newest = read_json(run / "backup" / "epoch-000002" / "state.json")
+    assert hashlib.sha256(best.read_bytes()).hexdigest() == newest["best_sha256"]
+    assert state["status"] == "finished"
+    assert (run / "model.weights.h5").read_bytes() == (
+        trained / "model.weights.h5"
+    ).read_bytes() or _same_weights(run, trained)
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    import h5py
+
+    def arrays(path: Path) -> list[np.ndarray]:
+        out = []
+        with h5py.File(path / "model.weights.h5") as f:
+            f.visititems(
+                lambda name, item: out.append(np.array(item))
+                if isinstance(item, h5py.Dataset) else None
+            )  # fmt: skip
+        return out
+
+    return all(np.array_equal(x, y) for x, y in zip(arrays(a), arrays(b), strict=True))
+
+
+def test_a_damaged_run_json_no_longer_blocks_the_export(trained, tmp_path, capsys):
+    """A damaged ``run.json`` blocked every verb, and its only advice,
+    ``--overwrite``, deleted the intact backups: it is rebuilt from the
+    newest backup, and the trained model loads."""
+    from pipelines.core.trainer import load_trained
+
+    task, _ = _task_config()
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    _truncate(run / "run.json")
+    capsys.readouterr()
+    _, _, model = load_trained(task, run)
+    assert "rebuilt run.json from backup epoch-000002" in capsys.readouterr().out
+    assert read_json(run / "run.json")["task"] == TASK and model is not None
+
+
+def test_damaged_final_weights_are_named_and_rebuilt(trained, tmp_path, capsys):
+    """A damaged ``model.weights.h5``: export's error named no file and train
+    said "already trained". The checksum in run.json names it; train
+    rebuilds it from the backups."""
+    from pipelines.core.trainer import load_trained, train
+
+    task, config = _task_config("train.epochs=2")
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    weights = run / "model.weights.h5"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: h5py may still read it
+    weights.write_bytes(bytes(data))
+    with pytest.raises(PipelineError) as refused:
+        load_trained(task, run)
+    message = _one_line_refusal(refused.value)
+    assert message.startswith(f"{weights} is damaged") and "train" in message
+    capsys.readouterr()
+    train(task, config, run)
+    out = capsys.readouterr().out
+    assert "already trained" not in out and f"{weights} is missing or damaged" in out
+    assert weights.read_bytes() == (trained / "model.weights.h5").read_bytes() or (
+        _same_weights(run, trained)
+    )
+    load_trained(task, run)
+
+
+def test_a_backup_state_of_the_wrong_types_counts_as_damaged(trained, tmp_path, capsys):
+    """``"epoch": null`` in the newest backup's state.json raised a
+    TypeError (unexpected); a state that parses but holds a mistyped value
+    is damaged, and the run falls back to the generation before."""
+    from pipelines.core.trainer import train
+
+    task, config = _task_config("train.epochs=2")
+    for key, value in (("epoch", None), ("history", "x"), ("iterations", True)):
+        run = _killed_copy(trained, tmp_path / key)
+        victim = run / "backup" / "epoch-000002" / "state.json"
+        write_json(victim, {**read_json(victim), key: value})
+        capsys.readouterr()
+        state = train(task, config, run)
+        notes = _notes(capsys.readouterr().out)
+        assert len(notes) == 1 and notes[0].startswith(
+            "Resuming from epoch-000001 (after epoch 1): backup epoch-000002 "
+            f"cannot be used, {victim} is damaged ({key} is {value!r}, expected "
+        ), notes
+        assert state["status"] == "finished" and history_epochs(run) == [0, 1]

@@ -104,6 +104,32 @@ def test_translate_is_an_alias_of_predict(case, tmp_path, capfd):
     assert png.stat().st_size > 2000
 
 
+def test_a_refused_option_prints_the_graphs_own_message(case, capfd):
+    """The served graph's assertion names the input and the range; the one
+    line keeps that, not TensorFlow's node name (its last line)."""
+    capfd.readouterr()
+    code = _main("translation", "predict", "--export", case.export_dir,
+                 "--beam-width", "9", SAMPLES[0])  # fmt: skip
+    (line,) = [x for x in capfd.readouterr().err.splitlines() if x.startswith("error")]
+    assert code == 2 and "{{node" not in line, line
+    assert line.endswith("`beam_width` must be a number in [1, 3]; received 9"), line
+
+
+def test_export_names_the_model_after_the_resolved_run_folder(
+    case, tmp_path, capfd, monkeypatch
+):
+    """``--run-dir .`` names the model after the folder it is (not ""), so
+    version 1 lands in ``<base>/<name>/``, never straight in ``--base``."""
+    base = tmp_path / "serving"
+    monkeypatch.chdir(case.run_dir)
+    code = _main("translation", "export", "--run-dir", ".", "--base", base,
+                 "--set", "export.warmup=false")  # fmt: skip
+    assert code == 0, capfd.readouterr().err[-2000:]
+    assert [p.relative_to(base) for p in base.glob("*/*")] == [
+        Path(case.run_dir.name, "1")
+    ]
+
+
 def test_an_xla_export_serves_what_the_plain_one_does(case, tmp_path, capfd):
     """``export.jit_compile=true``: decoding compiled by XLA on padded shapes
     answers every request as the plain export does, through the C loader."""
