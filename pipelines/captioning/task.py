@@ -25,6 +25,7 @@ class CaptioningTask(Task):
     description = "image captioning: CNN encoder, attention decoder, image bytes in"
     default_preset = "digits-quick"
     run_files = (TOKENIZER, "captions.tsv", "attention.png")
+    learned_files = (TOKENIZER,)
     evaluate_files = ("captions.tsv", "plots/attention_0.png")
 
     def presets(self):

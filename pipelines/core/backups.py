@@ -12,9 +12,10 @@ again); if every generation of a later epoch is damaged, it stops and says
 so rather than start afresh.
 
 Layout: ``backup/epoch-NNNNNN/{model.weights.h5, best.weights.h5,
-state.json}``; the weights file holds the model and the optimizer (Keras
-saves both), ``best.weights.h5`` a copy of the run's best weights at that
-epoch (when there are any), ``state.json`` the epoch count, the optimizer's
+learned/, state.json}``; the weights file holds the model and the optimizer
+(Keras saves both), ``best.weights.h5`` a copy of the run's best weights at
+that epoch (when there are any), ``learned/`` copies of the files the
+preprocessors learned (tokenizers), ``state.json`` the epoch count, the optimizer's
 step count, the full history, the early stopping state and, from the
 trainer, the task, the configuration and its fingerprint. The newest sound
 generation is the run's source of truth: ``run.json``, ``config.yaml``,
@@ -54,6 +55,7 @@ from pipelines.core.run_dir import (
 
 WEIGHTS = "model.weights.h5"
 BEST = "best.weights.h5"
+LEARNED = "learned"  # copies of the preprocessors' files (`Task.learned_files`)
 STATE = "state.json"
 _GENERATION = re.compile(r"^epoch-(\d{6})$")
 _NUMBER = (int, float)
@@ -97,9 +99,13 @@ class Backups:
         found = [p for p in self.folder.iterdir() if _GENERATION.match(p.name)]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
-    def save(self, model, state: dict, best: Path | None = None) -> Path:
+    def save(
+        self, model, state: dict, best: Path | None = None, learned: tuple = ()
+    ) -> Path:
         """Write ``model`` (and its optimizer), a copy of the ``best`` weights
-        file (if given and present) and ``state`` as a new generation."""
+        file (if given and present), copies of the ``learned`` files (the
+        preprocessors', under ``learned/``) and ``state`` as a new
+        generation."""
         epoch = int(state["epoch"])
         name = f"epoch-{epoch:06d}"
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -111,11 +117,17 @@ class Backups:
             model.save_weights(str(tmp / WEIGHTS))
             if best is not None and best.is_file():
                 shutil.copyfile(best, tmp / BEST)
+            for path in learned:
+                if Path(path).is_file():
+                    (tmp / LEARNED).mkdir(exist_ok=True)
+                    shutil.copyfile(path, tmp / LEARNED / Path(path).name)
             files = {}
-            for path in sorted(tmp.iterdir()):
+            for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
                 fsync(path)  # on the disk before its checksum is trusted
-                files[path.name] = {"bytes": path.stat().st_size,
-                                    "sha256": sha256(path)}  # fmt: skip
+                files[path.relative_to(tmp).as_posix()] = {
+                    "bytes": path.stat().st_size,
+                    "sha256": sha256(path),
+                }
             write_json(tmp / STATE, {**state, "files": files})
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no part

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.core import config as config_lib
-from pipelines.core.backups import BEST, Backups
+from pipelines.core.backups import BEST, LEARNED, Backups
 from pipelines.core.errors import ConfigError, PipelineError
 from pipelines.core.run_dir import (
     RunDir,
@@ -65,10 +65,12 @@ def backup_fingerprint(task, state: dict) -> str | None:
 
 
 def recover(task, run: RunDir, log=print) -> list[str]:
-    """Rebuild ``run.json`` and ``config.yaml`` from the newest sound backup
-    where either is missing or damaged; returns the names rebuilt (said in
-    one line). A backup of another task, or of an older version (no
-    configuration recorded), rebuilds nothing.
+    """Rebuild ``run.json``, ``config.yaml`` and the preprocessors' files
+    (`Task.learned_files`) from the newest sound backup where missing or
+    damaged (a learned file that differs from the backup's copy is
+    damaged: it never changes after training starts); returns the names
+    rebuilt (said in one line). A backup of another task, or of an older
+    version (no configuration recorded), rebuilds nothing.
 
     Call it holding the run's lock: a live trainer's files are its own."""
     newest = Backups(run.backup, log=log).newest()
@@ -97,12 +99,27 @@ def recover(task, run: RunDir, log=print) -> list[str]:
             },
         )
         rebuilt.append("run.json")
+    for name in learned_files(task):
+        copy, path = generation / LEARNED / name, run / name
+        if copy.is_file() and not (path.is_file() and sha256(path) == sha256(copy)):
+            _put_back(copy, path)
+            rebuilt.append(name)
     if rebuilt:
         log(
-            f"{run.root}: rebuilt {' and '.join(rebuilt)} from backup "
+            f"{run.root}: rebuilt {_listed(rebuilt)} from backup "
             f"{generation.name} (after epoch {state['epoch']})."
         )
     return rebuilt
+
+
+def learned_files(task) -> tuple[str, ...]:
+    """`Task.learned_files` (none for a task object that does not say)."""
+    return tuple(getattr(task, "learned_files", ()))
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
 
 
 def _config_sound(task, run: RunDir) -> bool:
@@ -133,17 +150,26 @@ def sync_best(run: RunDir, generation: Path | None, state: dict, log=print) -> b
     if copy is None or not copy.is_file() or sha256(copy) != expected:
         return False
     run.checkpoints.mkdir(exist_ok=True)
-    tmp = best.with_name(partial_name(best.name) + ".weights.h5")
-    shutil.copyfile(copy, tmp)
-    fsync(tmp)
-    commit_point(f"write {best.name}")
-    tmp.replace(best)
-    fsync(best.parent)
+    _put_back(copy, best)
     log(
         f"{best} did not belong to backup {generation.name}; the backup's copy "
         "of the best weights is put back."
     )
     return True
+
+
+def _put_back(copy: Path, path: Path) -> None:
+    """Copy a backup's ``copy`` to ``path`` atomically."""
+    tmp = path.with_name(partial_name(path.name))
+    try:
+        shutil.copyfile(copy, tmp)
+        fsync(tmp)
+        commit_point(f"write {path.name}")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync(path.parent)
 
 
 def holds_best(generation: Path | None, state: dict) -> bool:

@@ -107,6 +107,10 @@ class Task(abc.ABC):
     default_preset: ClassVar[str]
     # Files the task writes into the run folder (removed by --overwrite).
     run_files: ClassVar[tuple[str, ...]] = ()
+    # Those of them the preprocessors learn before training (tokenizers, an
+    # answer list): a copy goes into every backup, and a missing or damaged
+    # one is put back from it (`pipelines.core.recovery`).
+    learned_files: ClassVar[tuple[str, ...]] = ()
     # Files `evaluate` writes besides metrics.json (for the docs and contract).
     evaluate_files: ClassVar[tuple[str, ...]] = ()
     # The command line's side of the task, and its pipeline-contract cases.

@@ -49,6 +49,7 @@ from pipelines.core.recovery import (
     backup_fingerprint,
     history_text,
     holds_best,
+    learned_files,
     recover,
     require_trained,
     sync_best,
@@ -145,11 +146,14 @@ class RunState(keras.callbacks.Callback):
         state: dict,
         train: config_lib.TrainConfig,
         identity: dict | None = None,
+        learned: tuple[str, ...] = (),
     ):
         super().__init__()
         self.run, self.backups, self.train = run, backups, train
-        # What each backup records of the run: task, config, fingerprint.
+        # What each backup records of the run: task, config, fingerprint,
+        # and copies of the preprocessors' files (`Task.learned_files`).
         self.identity = dict(identity or {})
+        self.learned = tuple(run / name for name in learned)
         self.patience = train.early_stopping_patience
         self.stale_best = False
         self.learning_rate = float(state.get("learning_rate", self.train.learning_rate))
@@ -228,7 +232,9 @@ class RunState(keras.callbacks.Callback):
                 self._reduce_learning_rate(epoch)
         if self.chief:
             best = self.run.best_weights
-            self.backups.save(self.model, self.state(epoch + 1), best=best)
+            self.backups.save(
+                self.model, self.state(epoch + 1), best=best, learned=self.learned
+            )
             write_history(self.run.history, self.history)
 
     def early_stop_line(self, epoch: int, validated: bool = True) -> str:
@@ -476,7 +482,8 @@ def _model(task: Task, config, run: RunDir, preprocessors, strategy):
         )
     identity = {"task": task.name, "fingerprint": fingerprint,
                 "config": config_lib.to_dict(config)}  # fmt: skip
-    state = RunState(run, backups, restored, config.train, identity)
+    learned = learned_files(task)
+    state = RunState(run, backups, restored, config.train, identity, learned)
     # fit sets the model too; a rerun with no epoch left (killed after its
     # last backup, or `train.epochs` raised to where it stood) fits none.
     state.set_model(model.trainer)

@@ -29,6 +29,7 @@ class ExtractiveTask(Task):
     )
     default_preset = "countries-quick"
     run_files = (TOKENIZER, ANSWERS_TSV, "span.png")
+    learned_files = (TOKENIZER,)
     evaluate_files = (ANSWERS_TSV, "plots/span_0.png")
 
     def presets(self):

@@ -27,6 +27,7 @@ class QATask(Task):
     description = "question answering: multi-hop memory network, story and question in"
     default_preset = "babi"
     run_files = (TOKENIZER, ANSWERS, ANSWERS_TSV, "attention.png")
+    learned_files = (TOKENIZER, ANSWERS)
     evaluate_files = (ANSWERS_TSV, "plots/attention_0.png")
 
     def presets(self):

@@ -27,6 +27,7 @@ class SummarizationTask(Task):
     description = "summarization: pointer-generator with coverage, strings in"
     default_preset = "blurbs"
     run_files = (TOKENIZER, "summaries.tsv", "attention.png")
+    learned_files = (TOKENIZER,)
     evaluate_files = ("summaries.tsv", "plots/attention_0.png")
 
     def presets(self):

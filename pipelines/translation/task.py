@@ -37,6 +37,7 @@ class TranslationTask(Task):
         "translations.tsv",
         "alignment.png",
     )
+    learned_files = (SOURCE_TOKENIZER, TARGET_TOKENIZER)
     evaluate_files = ("translations.tsv", "plots/alignment_0.png")
 
     def presets(self):

@@ -472,3 +472,24 @@ def test_a_backup_state_of_the_wrong_types_counts_as_damaged(trained, tmp_path, 
             f"cannot be used, {victim} is damaged ({key} is {value!r}, expected "
         ), notes
         assert state["status"] == "finished" and history_epochs(run) == [0, 1]
+
+
+def test_damaged_or_missing_learned_files_are_put_back(trained, tmp_path, capsys):
+    """A tokenizer is learned once, before the first epoch; every backup
+    holds a copy. A damaged one stopped every verb ("is damaged", no way
+    out but --overwrite); a missing one made train learn it again (over
+    weights trained with the old one's ids). Both are put back."""
+    from pipelines.core.trainer import load_trained
+
+    task, _ = _task_config()
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    source, target = (run / name for name in task.learned_files)
+    expected = source.read_bytes(), target.read_bytes()
+    _truncate(source)
+    target.unlink()
+    capsys.readouterr()
+    load_trained(task, run)
+    out = capsys.readouterr().out
+    assert f"rebuilt {source.name} and {target.name} from backup epoch-000002" in out
+    assert (source.read_bytes(), target.read_bytes()) == expected
