@@ -247,6 +247,7 @@ class LocaleTask(Task):
     description = "which locale wrote this date: characters, attention pooling"
     default_preset = "locale"
     run_files = (TOKENIZER, LABELS, PREDICTIONS)
+    learned_files = (TOKENIZER, LABELS)
     evaluate_files = (PREDICTIONS, "plots/attention_0.png")
     client = LocaleClient()
     contract = LocaleContract()
