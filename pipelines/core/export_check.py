@@ -8,8 +8,8 @@ loading or calling the export failed. Both need TensorFlow only.
 
 Example:
 
->>> check_model_name("dates")
-'dates'
+>>> check_model_name("my-model")
+'my-model'
 >>> check_model_name("../elsewhere")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...

@@ -457,21 +457,28 @@ def test_a_backup_state_of_the_wrong_types_counts_as_damaged(trained, tmp_path, 
     """``"epoch": null`` in the newest backup's state.json raised a
     TypeError (unexpected); a state that parses but holds a mistyped value
     is damaged, and the run falls back to the generation before."""
+    from pipelines.core.backups import Backups
     from pipelines.core.trainer import train
 
     task, config = _task_config("train.epochs=2")
-    for key, value in (("epoch", None), ("history", "x"), ("iterations", True)):
-        run = _killed_copy(trained, tmp_path / key)
-        victim = run / "backup" / "epoch-000002" / "state.json"
-        write_json(victim, {**read_json(victim), key: value})
-        capsys.readouterr()
-        state = train(task, config, run)
-        notes = _notes(capsys.readouterr().out)
-        assert len(notes) == 1 and notes[0].startswith(
-            "Resuming from epoch-000001 (after epoch 1): backup epoch-000002 "
-            f"cannot be used, {victim} is damaged ({key} is {value!r}, expected "
-        ), notes
-        assert state["status"] == "finished" and history_epochs(run) == [0, 1]
+    run = _killed_copy(trained, tmp_path)
+    victim = run / "backup" / "epoch-000002" / "state.json"
+    sound = read_json(victim)
+    for key, value in (("history", "x"), ("iterations", True), ("best", "0.5"),
+                       ("fingerprint", 7), ("files", {})):  # fmt: skip
+        write_json(victim, {**sound, key: value})
+        problem = Backups(run / "backup").problem(victim.parent)
+        said = "it lists no checksummed weights" if key == "files" else key
+        assert problem.startswith(f"{victim} is damaged ({said}"), problem
+    write_json(victim, {**sound, "epoch": None})
+    capsys.readouterr()
+    state = train(task, config, run)
+    notes = _notes(capsys.readouterr().out)
+    assert len(notes) == 1 and notes[0].startswith(
+        "Resuming from epoch-000001 (after epoch 1): backup epoch-000002 "
+        f"cannot be used, {victim} is damaged (epoch is None, expected 2"
+    ), notes
+    assert state["status"] == "finished" and history_epochs(run) == [0, 1]
 
 
 def test_damaged_or_missing_learned_files_are_put_back(trained, tmp_path, capsys):
