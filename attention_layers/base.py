@@ -82,14 +82,24 @@ def input_error(layer, argument, expected, received):
 
 
 def check_positive_int(layer, argument, value, allow_none=False, meaning=""):
-    """``value`` if it is an integer >= 1 (a bool is not), else ``input_error``.
+    """``value`` if it is an integer >= 1 (a bool is not), else a ``ValueError``.
 
-    With ``allow_none``, None passes too (an optional size); ``meaning`` is
-    said after "a positive integer" in the error (e.g. "(the half-width D)").
+    ``layer`` is the layer whose argument it is (the error is `input_error`),
+    or the name of a function, a decoder, whose argument sets static shapes:
+    then only a Python int passes and the error names the function. With
+    ``allow_none``, None passes too (an optional size); ``meaning`` is said
+    after "a positive integer" in a layer's error (e.g. "(the half-width D)").
     """
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    function = isinstance(layer, str)
+    integral = int if function else numbers.Integral
+    if isinstance(value, bool) or not isinstance(value, integral) or value < 1:
+        if function:
+            raise ValueError(
+                f"{layer}: `{argument}` must be a positive Python int (it sets "
+                f"static shapes), received {value!r}."
+            )
         expected = "a positive integer" + (" or None" if allow_none else "")
         expected += f" {meaning}" if meaning else ""
         raise input_error(layer, argument, expected, repr(value))

@@ -432,6 +432,17 @@ class ReinforceLoss(keras.layers.Layer):
         self.learned_baseline = learned_baseline
         self.entropy_weight = entropy_weight
 
+    def _replica_scalar(self, name):
+        """A float32 scalar state, zero at first, kept by each replica."""
+        return self.add_weight(
+            name=name,
+            shape=(),
+            initializer="zeros",
+            trainable=False,
+            autocast=False,
+            aggregation="none",
+        )
+
     def build(
         self,
         y_true_shape,
@@ -444,22 +455,8 @@ class ReinforceLoss(keras.layers.Layer):
         # batches (like BatchNormalization's moving statistics). "mean" would
         # all-reduce through a merge_call in the middle of the replica threads,
         # which interleaves them and loses the add_loss tensors of one replica.
-        self.baseline_average = self.add_weight(
-            name="baseline_average",
-            shape=(),
-            initializer="zeros",
-            trainable=False,
-            autocast=False,
-            aggregation="none",
-        )
-        self.baseline_steps = self.add_weight(
-            name="baseline_steps",
-            shape=(),
-            initializer="zeros",
-            trainable=False,
-            autocast=False,
-            aggregation="none",
-        )
+        self.baseline_average = self._replica_scalar("baseline_average")
+        self.baseline_steps = self._replica_scalar("baseline_steps")
         if self.learned_baseline:
             if baseline_features_shape is None:
                 raise input_error(

@@ -73,8 +73,45 @@ def coverage_loss(alignments, mask=None):
     return ops.sum(per_step, axis=1) / ops.maximum(steps, 1.0)
 
 
+class _AlignmentLoss(keras.layers.Layer):
+    """What `CoverageLoss` and `DoublyStochasticLoss` share: an endpoint layer
+    adding ``weight * mean_b _loss_fn(alignments, mask)_b`` with ``add_loss`` and
+    returning the alignments unchanged."""
+
+    _source_axis = "source_length"  # the last axis, named in the errors
+
+    def __init__(self, weight=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.weight = _check_weight(self, weight)
+        self.supports_masking = True
+
+    def call(self, alignments, mask=None):
+        if len(alignments.shape) != 3:
+            raise input_error(
+                self,
+                "alignments",
+                f"a rank-3 tensor [batch, target_length, {self._source_axis}]",
+                f"shape {tuple(alignments.shape)}",
+            )
+        if mask is not None and len(mask.shape) != 2:
+            raise input_error(
+                self,
+                "mask",
+                "a rank-2 tensor [batch, target_length]",
+                f"shape {tuple(mask.shape)}",
+            )
+        self.add_loss(self.weight * ops.mean(self._loss_fn(alignments, mask)))
+        return alignments
+
+    def compute_output_shape(self, alignments_shape, mask_shape=None):
+        return alignments_shape
+
+    def get_config(self):
+        return {**super().get_config(), "weight": self.weight}
+
+
 @keras.saving.register_keras_serializable(package="attention_layers")
-class CoverageLoss(keras.layers.Layer):
+class CoverageLoss(_AlignmentLoss):
     """Endpoint layer adding the coverage loss of See et al. (2017) to a model.
 
     It adds ``weight * mean_b coverage_loss(alignments, mask)_b`` to the
@@ -132,34 +169,7 @@ class CoverageLoss(keras.layers.Layer):
         https://arxiv.org/abs/1704.04368
     """
 
-    def __init__(self, weight=1.0, **kwargs):
-        super().__init__(**kwargs)
-        self.weight = _check_weight(self, weight)
-        self.supports_masking = True
-
-    def call(self, alignments, mask=None):
-        if len(alignments.shape) != 3:
-            raise input_error(
-                self,
-                "alignments",
-                "a rank-3 tensor [batch, target_length, source_length]",
-                f"shape {tuple(alignments.shape)}",
-            )
-        if mask is not None and len(mask.shape) != 2:
-            raise input_error(
-                self,
-                "mask",
-                "a rank-2 tensor [batch, target_length]",
-                f"shape {tuple(mask.shape)}",
-            )
-        self.add_loss(self.weight * ops.mean(coverage_loss(alignments, mask)))
-        return alignments
-
-    def compute_output_shape(self, alignments_shape, mask_shape=None):
-        return alignments_shape
-
-    def get_config(self):
-        return {**super().get_config(), "weight": self.weight}
+    _loss_fn = staticmethod(coverage_loss)
 
 
 # The least attention whose log is taken: log(0) would make the loss of an
@@ -452,7 +462,7 @@ def doubly_stochastic_loss(alignments, mask=None, memory_mask=None):
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
-class DoublyStochasticLoss(keras.layers.Layer):
+class DoublyStochasticLoss(_AlignmentLoss):
     """Endpoint layer adding the doubly stochastic regulariser of Xu et al. (2015).
 
     It adds ``weight * mean_b doubly_stochastic_loss(alignments, mask)_b``
@@ -505,35 +515,8 @@ class DoublyStochasticLoss(keras.layers.Layer):
         Attention. ICML 2015, section 4.2.1. https://arxiv.org/abs/1502.03044
     """
 
-    def __init__(self, weight=1.0, **kwargs):
-        super().__init__(**kwargs)
-        self.weight = _check_weight(self, weight)
-        self.supports_masking = True
-
-    def call(self, alignments, mask=None):
-        if len(alignments.shape) != 3:
-            raise input_error(
-                self,
-                "alignments",
-                "a rank-3 tensor [batch, target_length, memory_length]",
-                f"shape {tuple(alignments.shape)}",
-            )
-        if mask is not None and len(mask.shape) != 2:
-            raise input_error(
-                self,
-                "mask",
-                "a rank-2 tensor [batch, target_length]",
-                f"shape {tuple(mask.shape)}",
-            )
-        loss = doubly_stochastic_loss(alignments, mask)
-        self.add_loss(self.weight * ops.mean(loss))
-        return alignments
-
-    def compute_output_shape(self, alignments_shape, mask_shape=None):
-        return alignments_shape
-
-    def get_config(self):
-        return {**super().get_config(), "weight": self.weight}
+    _loss_fn = staticmethod(doubly_stochastic_loss)
+    _source_axis = "memory_length"
 
 
 def _check_weight(layer, weight):

@@ -3,10 +3,10 @@
 import keras
 from keras import ops
 
+from attention_layers.base import check_positive_int
 from attention_layers.decoding.common import (
     as_ids,
     check_min_length,
-    check_positive_int,
     check_state,
     forbid_early_end,
     while_not_done,

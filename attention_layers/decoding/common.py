@@ -98,14 +98,6 @@ def rnn_step_fn(embedding, cell, projection, memory, memory_mask=None):
     return step_fn
 
 
-def check_positive_int(fn_name, arg_name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"{fn_name}: `{arg_name}` must be a positive Python int (it sets "
-            f"static shapes), received {value!r}."
-        )
-
-
 def check_state(fn_name, state, max_length, rows=None):
     """Refuse, where the shapes are static, a state the loop would misread.
 

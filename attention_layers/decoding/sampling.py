@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from attention_layers.decoding.common import check_positive_int
+from attention_layers.base import check_positive_int
 from attention_layers.decoding.greedy import pick_loop
 from attention_layers.masking import NEG_INF
 
