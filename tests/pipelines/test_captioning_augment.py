@@ -202,6 +202,7 @@ def test_other_sources_get_the_layouts_that_change_a_given_image():
     assert twice.boxes == example.boxes and twice.name == "a.png"
 
 
+@pytest.mark.slow  # 75 s of evaluation: make test-slow
 def test_the_evaluation_reproduces_a_known_layouts_numbers(pipeline_case, tmp_path):
     """``evaluate --robustness`` writes one row per layout; a layout that
     redraws the test split (its canvas, digit sizes and seed) scores exactly

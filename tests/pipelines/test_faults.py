@@ -463,6 +463,7 @@ def test_a_damaged_op_cache_is_rebuilt(tmp_path, monkeypatch):
 
 
 @pytest.mark.tf_only
+@pytest.mark.slow  # trains twice: make test-slow
 def test_a_full_disk_in_training_is_one_line_and_the_rerun_resumes(tmpfs, capsys):
     """A real ``train`` on a disk that fills: one line naming the disk's
     refusal and what to do (it was "RuntimeError: Disable slist on flush

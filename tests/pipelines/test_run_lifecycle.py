@@ -279,6 +279,7 @@ def _one_line_refusal(error: PipelineError) -> str:
     return message
 
 
+@pytest.mark.slow  # trains on: make test-slow
 def test_a_run_without_its_records_refuses_another_config(trained, tmp_path, capsys):
     """A killed ``--overwrite`` of old used to remove run.json and config.yaml
     first: the next run of a new configuration resumed the old backups and
@@ -357,6 +358,7 @@ def test_an_interrupted_overwrite_never_mixes_two_configs(trained, tmp_path, cap
     assert step > 8  # one step per file or folder removed, and the mark
 
 
+@pytest.mark.slow  # trains on: make test-slow
 def test_a_kill_before_the_history_write_is_mended(trained, tmp_path):
     """Killed between the last backup and the write of ``history.csv``: the
     file missed its last row forever; the rerun writes it from the backup."""
@@ -371,6 +373,7 @@ def test_a_kill_before_the_history_write_is_mended(trained, tmp_path):
     assert (run / "history.csv").read_text() == full
 
 
+@pytest.mark.slow  # trains on: make test-slow
 def test_a_damaged_best_weights_file_is_put_back_from_the_backup(
     trained, tmp_path, capsys
 ):
@@ -426,6 +429,7 @@ def test_a_damaged_run_json_no_longer_blocks_the_export(trained, tmp_path, capsy
     assert read_json(run / "run.json")["task"] == TASK and model is not None
 
 
+@pytest.mark.slow  # trains on: make test-slow
 def test_damaged_final_weights_are_named_and_rebuilt(trained, tmp_path, capsys):
     """A damaged ``model.weights.h5``: export's error named no file and train
     said "already trained". The checksum in run.json names it; train
@@ -453,6 +457,7 @@ def test_damaged_final_weights_are_named_and_rebuilt(trained, tmp_path, capsys):
     load_trained(task, run)
 
 
+@pytest.mark.slow  # trains on: make test-slow
 def test_a_backup_state_of_the_wrong_types_counts_as_damaged(trained, tmp_path, capsys):
     """``"epoch": null`` in the newest backup's state.json raised a
     TypeError (unexpected); a state that parses but holds a mistyped value
