@@ -81,9 +81,11 @@ SLOW_LAYER_CLAUSES = {
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
-    # The longest single test (`make demo`, about 150 s) goes first, so that
-    # no worker runs it alone at the end of the slow session.
-    items.sort(key=lambda item: item.path.name != "test_demo.py")
+    # The longest tests (`make demo`, about 150 s; the crash points, 1-5 min
+    # each) go first, so that no worker runs one alone at the end of the slow
+    # session.
+    first = ("test_demo.py", "test_crash_points.py")
+    items.sort(key=lambda item: item.path.name not in first)
     for item in items:
         if pipeline_group(item.nodeid) in SLOW_TASKS:
             item.add_marker(pytest.mark.slow)
