@@ -6,10 +6,6 @@ import keras
 from keras import ops
 
 from attention_layers import masking
-from attention_layers.additive_score import (
-    IMPLEMENTATIONS,
-    additive_scores,
-)
 from attention_layers.base import (
     ScoreAttention,
     apply_dense,
@@ -18,6 +14,10 @@ from attention_layers.base import (
     check_positive_int,
     fresh_initializer,
     static_shape,
+)
+from attention_layers.ops.additive_score import (
+    IMPLEMENTATIONS,
+    additive_scores,
 )
 
 __all__ = ["BahdanauAttention", "additive_scores"]

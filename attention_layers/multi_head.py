@@ -22,7 +22,7 @@ import numbers
 import keras
 from keras import ops
 
-from attention_layers import attention_axes, devices, masking
+from attention_layers import masking
 from attention_layers.base import (
     check_float,
     check_mask_shape,
@@ -31,10 +31,11 @@ from attention_layers.base import (
     score_dtype,
 )
 from attention_layers.base import static_shape as _static
-from attention_layers.pallas_attention import pallas_attention
-from attention_layers.pallas_attention import supports as pallas_supports
+from attention_layers.ops import attention_axes, devices
+from attention_layers.ops.pallas_attention import pallas_attention
+from attention_layers.ops.pallas_attention import supports as pallas_supports
+from attention_layers.ops.tiled import Masks, combine, length, tiled_attention
 from attention_layers.positional import RotaryEmbedding
-from attention_layers.tiled import Masks, combine, length, tiled_attention
 
 IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused", "pallas")
 # Query length times key length past which "auto" takes a linear-memory path

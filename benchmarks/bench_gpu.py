@@ -273,7 +273,7 @@ def mha_models(shape, dtype, batch, length):
     models["keras"] = model(peer)
     peer.set_weights(ours.get_weights())
     if dtype == "float32":
-        from attention_layers import devices
+        from attention_layers.ops import devices
 
         forced = ["tiled"]
         if devices.pallas_attention_available() or devices.platform() == "cpu":
@@ -529,7 +529,7 @@ def main(argv=None):
         parser.error("run with KERAS_BACKEND=jax")
     run = Run(args, SMOKE if args.smoke else FULL)
     run.watch(args.point_timeout)
-    from attention_layers import devices
+    from attention_layers.ops import devices
 
     run.say(point="environment", devices=[str(d) for d in jax.devices()],
             jax=jax.__version__, keras=keras.__version__, smoke=args.smoke,

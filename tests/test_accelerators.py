@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import attention_layers as al
-from attention_layers import additive_score, devices
-from attention_layers.tiled import Masks
+from attention_layers.ops import additive_score, devices
+from attention_layers.ops.tiled import Masks
 
 BACKEND = keras.backend.backend()
 RNG = np.random.default_rng(0)

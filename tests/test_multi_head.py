@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attention_layers as al
-from attention_layers import tiled as tiled_module
+from attention_layers.ops import tiled as tiled_module
 from tests.contract import assert_clear_error
 
 RNG = np.random.default_rng(11)
@@ -706,7 +706,7 @@ def test_rotary_bad_arguments_raise_clear_errors():
 def test_auto_takes_the_fused_kernel_on_accelerators(monkeypatch):
     """On a GPU (the device query substituted) the call takes the fused path,
     whatever tile_threshold says, and gives the direct path's numbers."""
-    from attention_layers import devices
+    from attention_layers.ops import devices
 
     monkeypatch.setattr(devices, "platform", lambda: "gpu")
     direct = layer_on("direct")

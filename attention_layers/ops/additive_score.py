@@ -20,14 +20,14 @@ score without it, hence our own evaluations, one per kind of device:
   costs an accelerator a launch per block; recomputing the tanh costs it
   arithmetic, which it has plenty of, instead of memory traffic.
 
-``"auto"`` picks by `attention_layers.devices.platform`.
+``"auto"`` picks by `attention_layers.ops.devices.platform`.
 """
 
 import keras
 from keras import ops
 
-from attention_layers import devices
 from attention_layers.base import linear, static_shape
+from attention_layers.ops import devices
 
 IMPLEMENTATIONS = ("auto", "blocks", "fused")
 # Tanh elements of one block, per implementation (see the module docstring).
@@ -39,7 +39,7 @@ ASSUMED_BATCH = 32
 
 def choose_implementation(implementation="auto"):
     """``"blocks"`` or ``"fused"``: ``implementation``, with ``"auto"`` decided
-    by the device (`attention_layers.devices.platform`).
+    by the device (`attention_layers.ops.devices.platform`).
 
     >>> choose_implementation("fused")
     'fused'

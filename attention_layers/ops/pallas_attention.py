@@ -12,8 +12,9 @@ interpreter
 (slow, exact: how the tests prove it on a CPU).
 """
 
-from attention_layers import devices, masking
+from attention_layers import masking
 from attention_layers.base import static_shape
+from attention_layers.ops import devices
 
 # The kernel's default block of query rows and of keys; lengths that are not a
 # multiple of it are padded, the padding hidden from the real rows through
