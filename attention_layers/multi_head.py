@@ -7,9 +7,9 @@ Five evaluations of the same attention, chosen per call (``implementation``):
   normalised in float32; the only path that returns them or applies dropout.
 * ``"fused"``: ``keras.ops.dot_product_attention``, the backend's kernel.
 * ``"tiled"``: query blocks times key blocks with an online softmax and a
-  hand-written backward pass (``attention_layers.tiled``).
+  hand-written backward pass (``attention_layers.ops.tiled``).
 * ``"pallas"``: JAX's Pallas flash-attention kernel for GPUs
-  (``attention_layers.pallas_attention``).
+  (``attention_layers.ops.pallas_attention``).
 
 Every path has the same mask semantics: masked positions get zero weight, a
 fully masked query row gets zero weights and a zero context (the output is then
@@ -28,35 +28,21 @@ from attention_layers.base import (
     check_mask_shape,
     check_positive_int,
     input_error,
-    score_dtype,
 )
 from attention_layers.base import static_shape as _static
-from attention_layers.ops import attention_axes, devices
-from attention_layers.ops.pallas_attention import pallas_attention
-from attention_layers.ops.pallas_attention import supports as pallas_supports
-from attention_layers.ops.tiled import Masks, combine, length, tiled_attention
+from attention_layers.ops import attention, attention_axes
+from attention_layers.ops.attention import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_TILE_THRESHOLD,
+    IMPLEMENTATIONS,
+)
+from attention_layers.ops.masks import Masks, dense_mask, length
 from attention_layers.positional import RotaryEmbedding
 
-IMPLEMENTATIONS = ("auto", "direct", "tiled", "fused", "pallas")
-# Query length times key length past which "auto" takes a linear-memory path
-# (the tiled one on a CPU, Pallas' kernel on a GPU in float32): at 1024 x 1024
-# the scores of a batch of 32 with 8 heads already take 1 GiB in float32.
-DEFAULT_TILE_THRESHOLD = 1 << 20
-# Past this many query-key pairs (8192 x 8192: 4 GiB of float32 scores for a
-# batch of 2 with 8 heads) "auto" tiles on an accelerator where no fused
-# kernel keeps memory linear; below it the backend's kernel is faster.
-ACCELERATOR_TILE_THRESHOLD = 1 << 26
-DEFAULT_BLOCK_SIZE = 256
-
-_NO_MASKS = Masks(None, None, None, None)
-# Keras' own words for these refusals, which its users may already match.
+# Keras' own words for this refusal, which its users may already match.
 _FLASH_DROPOUT = (
     "Dropout is not supported when flash attention is enabled. "
     "Please set dropout to 0.0 to use flash attention."
-)
-_FLASH_SCORES = (
-    "Returning attention scores is not supported when flash attention is "
-    "enabled. Please disable flash attention to access attention scores."
 )
 _KEY_VALUE = "All dimensions of `value` and `key`, except the last one, must be equal"
 
@@ -888,182 +874,29 @@ class MultiHeadAttention(keras.layers.Layer):
     # -- the attention ---------------------------------------------------------
     def _attend(self, q, k, v, masks, training=None, return_scores=False):
         """``(context [B, Tq, H, Dv], scores [B, H, Tq, Tk] or None)`` of the
-        projected ``q, k, v`` by the implementation `_choose` picks."""
-        if self._flash_attention and return_scores:
-            raise self._error(
-                "return_attention_scores",
-                f"False with flash attention. {_FLASH_SCORES}",
-                "True",
-            )
-        impl = self._choose(training, return_scores, length(q), length(k), masks)
-        if impl == "tiled":
-            return self._tiled(q, k, v, masks), None
-        if impl == "pallas":
-            return self._pallas(q, k, v, masks), None
-        if impl == "fused":
-            return self._fused(q, k, v, masks), None
-        return self._direct(q, k, v, masks, training)
-
-    def _choose(self, training, return_scores, tq, tk, masks=None):
-        """The implementation of one call (see the class docstring)."""
-        masks = masks or _NO_MASKS
-        tq, tk = (t if isinstance(t, int) else None for t in (tq, tk))
-        dropping = bool(self.dropout) and bool(training)
-        impl = self.implementation
-        if impl == "direct":
-            return impl
-        if impl != "auto":
-            self._check_explicit(impl, dropping, return_scores, tq, tk, masks)
-            return impl
-        if return_scores or dropping:
-            return "direct"
-        if self._flash_attention and self.value_dim == self.key_dim:
-            return "fused"
-        pairs = None if None in (tq, tk) else tq * tk
-        per_head = masks.pair is not None and len(masks.pair.shape) == 4
-        if devices.on_accelerator():
-            return self._choose_on_accelerator(pairs, tq, tk, masks, per_head)
-        if pairs is not None and pairs > self.tile_threshold and not per_head:
-            return "tiled"
-        fused = self.compute_dtype == "float32" and self.value_dim == self.key_dim
-        return "fused" if fused else "direct"
-
-    def _choose_on_accelerator(self, pairs, tq, tk, masks, per_head):
-        """``"auto"`` on a GPU or TPU: the backend's fused kernel where it
-        keeps memory linear (16-bit) or the scores fit, else Pallas' kernel or
-        the tiled path."""
-        long = pairs is not None and pairs > ACCELERATOR_TILE_THRESHOLD
-        if self.value_dim != self.key_dim:
-            return "tiled" if long and not per_head else "direct"
-        if self.compute_dtype != "float32":
-            return "fused"
-        if (
-            pairs is not None
-            and pairs > self.tile_threshold
-            and devices.pallas_attention_available()
-            and pallas_supports(masks, tq, tk, self.key_dim, self.value_dim)
-        ):
-            return "pallas"
-        return "tiled" if long and not per_head else "fused"
-
-    def _check_explicit(self, impl, dropping, return_scores, tq, tk, masks):
-        """Raise where an explicit ``"tiled"``, ``"fused"`` or ``"pallas"``
-        cannot serve a call."""
-        if return_scores:
-            raise self._error(
-                "return_attention_scores",
-                f"False with implementation={impl!r}, which never "
-                "materialises the scores (use 'direct' or 'auto')",
-                "True",
-            )
-        if dropping:
-            raise self._error(
-                "training",
-                f"no dropout with implementation={impl!r} (dropout on "
-                "the attention weights needs 'direct' or 'auto')",
-                f"training=True with dropout={self.dropout}",
-            )
-        if impl == "tiled" and masks.pair is not None and len(masks.pair.shape) == 4:
-            raise self._error(
-                "attention_mask",
-                "one mask for every head with implementation='tiled' (use "
-                "'direct', 'fused' or 'auto' for a per-head mask)",
-                f"shape {_static(masks.pair.shape)}",
-            )
-        if impl != "pallas":
-            return
-        if keras.backend.backend() != "jax" or devices.platform() == "tpu":
-            raise self._error(
-                "implementation",
-                "'pallas' on the JAX backend, on a GPU (or a CPU, interpreted)",
-                f"the {keras.backend.backend()} backend on {devices.platform()}",
-            )
-        if not pallas_supports(masks, tq, tk, self.key_dim, self.value_dim):
-            raise self._error(
-                "implementation",
-                "'pallas' for a call it can serve: equal static query and key "
-                "lengths, value_dim == key_dim, no key, pairwise or window "
-                "mask (use 'auto' or 'tiled')",
-                f"'pallas' with Tq={tq}, Tk={tk}, key_dim={self.key_dim}, "
-                f"value_dim={self.value_dim}",
-            )
-
-    def _score_dtype(self):
-        return score_dtype(self.compute_dtype)
-
-    def _scaled_query(self, q):
-        dtype = self._score_dtype()
-        return ops.cast(q, dtype) * ops.cast(self._inverse_sqrt_key_dim, dtype)
+        projected ``q, k, v`` (`attention_layers.ops.attention`)."""
+        return attention.dot_product_attention(
+            q,
+            k,
+            v,
+            masks,
+            scale=self._inverse_sqrt_key_dim,
+            implementation=self.implementation,
+            dtype=self.compute_dtype,
+            block_size=self.block_size,
+            tile_threshold=self.tile_threshold,
+            dropout=self.dropout,
+            dropout_fn=self._dropout_layer,
+            training=training,
+            return_scores=return_scores,
+            flash_attention=self._flash_attention,
+            softmax=self._masked_softmax,
+            error=self._error,
+        )
 
     def _dense_mask(self, q, k, masks):
         """The whole boolean mask ``[B, 1 or H, Tq, Tk]``, or ``None``."""
-        tq, tk = length(q), length(k)
-        mask = combine(
-            masks, ops.arange(tq), ops.arange(tk), query=masks.query, kv=masks.kv
-        )
-        pair = masks.pair
-        if pair is not None:
-            pair = pair if len(pair.shape) == 4 else ops.expand_dims(pair, 1)
-        if mask is not None:
-            mask = ops.expand_dims(mask, 1)
-        mask = masking.and_masks(mask, pair)
-        if mask is None:
-            return None
-        shape = _static(mask.shape)
-        heads = self.num_heads if shape[1] not in (None, 1) else 1
-        return ops.broadcast_to(mask, (ops.shape(q)[0], heads, tq, tk))
-
-    def _direct(self, q, k, v, masks, training):
-        dtype = self._score_dtype()
-        scores = ops.einsum(
-            "bqhd,bkhd->bhqk", self._scaled_query(q), ops.cast(k, dtype)
-        )
-        weights = self._masked_softmax(scores, self._dense_mask(q, k, masks))
-        dropped = weights
-        if self.dropout:
-            dropped = self._dropout_layer(weights, training=training)
-        context = ops.einsum(
-            "bhqk,bkhd->bqhd", dropped, ops.cast(v, self.compute_dtype)
-        )
-        return context, weights
-
-    def _fused(self, q, k, v, masks):
-        """The backend's kernel; a causal mask alone goes as ``is_causal``
-        (the kernels' own causal path, flash attention's included)."""
-        dtype = "float32" if self.compute_dtype == "float16" else self.compute_dtype
-        causal_only = (
-            masks[:3] == (None, None, None)
-            and masks.window is None
-            and isinstance(masks.causal_offset, int)
-            and masks.causal_offset == 0
-        )
-        mask = None if causal_only else self._dense_mask(q, k, masks)
-        rows = None
-        if mask is not None:
-            # A fully masked row would get uniform weights from the kernel:
-            # let it attend everywhere (finite values and gradients), then zero
-            # its context.
-            rows = ops.any(mask, axis=-1)  # [B, 1 or H, Tq]
-            mask = ops.logical_or(mask, ops.expand_dims(ops.logical_not(rows), -1))
-            rows = ops.moveaxis(rows, 1, 2)  # [B, Tq, 1 or H]
-        context = ops.dot_product_attention(
-            ops.cast(q, dtype),
-            ops.cast(k, dtype),
-            ops.cast(v, dtype),
-            mask=mask,
-            scale=self._inverse_sqrt_key_dim,
-            is_causal=causal_only,
-            flash_attention=self._flash_attention,
-        )
-        return masking.zero_masked(context, rows)
-
-    def _pallas(self, q, k, v, masks):
-        dtype = "float32" if self.compute_dtype == "float16" else self.compute_dtype
-        q, k, v = (ops.cast(x, dtype) for x in (q, k, v))
-        return pallas_attention(q, k, v, masks, self._inverse_sqrt_key_dim)
-
-    def _tiled(self, q, k, v, masks):
-        return tiled_attention(self._scaled_query(q), k, v, masks, self.block_size)
+        return dense_mask(q, k, masks)
 
     # -- Keras' extension points ----------------------------------------------
     def _compute_attention(

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import attention_layers as al
-from attention_layers.ops import additive_score, devices
-from attention_layers.ops.tiled import Masks
+from attention_layers.ops import additive_score, attention, devices
+from attention_layers.ops.masks import Masks
 
 BACKEND = keras.backend.backend()
 RNG = np.random.default_rng(0)
@@ -183,31 +183,49 @@ def mha(**kwargs):
     return al.MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
 
 
+def choose(layer, training, return_scores, tq, tk, masks=None):
+    """The evaluation ``layer`` takes for a call of lengths ``tq``, ``tk``."""
+    return attention.choose(
+        layer.implementation,
+        tq,
+        tk,
+        masks,
+        dtype=layer.compute_dtype,
+        key_dim=layer.key_dim,
+        value_dim=layer.value_dim,
+        dropout=layer.dropout,
+        training=training,
+        return_scores=return_scores,
+        flash_attention=layer._flash_attention,
+        tile_threshold=layer.tile_threshold,
+    )
+
+
 def test_multi_head_auto_on_an_accelerator(on_gpu, monkeypatch):
     long, longest = 2048, 16384  # past tile_threshold; past 2^26 pairs
     layer, uneven = mha(), mha(value_dim=6)
     monkeypatch.setattr(devices, "pallas_attention_available", lambda: False)
-    assert layer._choose(False, False, 8, 8) == "fused"
-    assert layer._choose(False, False, long, long) == "fused"  # the scores fit
-    assert layer._choose(False, False, longest, longest) == "tiled"  # they do not
-    assert layer._choose(False, False, None, None) == "fused"
-    assert layer._choose(False, True, long, long) == "direct"  # scores returned
-    assert mha(dtype="mixed_bfloat16")._choose(False, False, longest, longest) == (
+    assert choose(layer, False, False, 8, 8) == "fused"
+    assert choose(layer, False, False, long, long) == "fused"  # the scores fit
+    assert choose(layer, False, False, longest, longest) == "tiled"  # they do not
+    assert choose(layer, False, False, None, None) == "fused"
+    assert choose(layer, False, True, long, long) == "direct"  # scores returned
+    assert choose(mha(dtype="mixed_bfloat16"), False, False, longest, longest) == (
         "fused"  # 16-bit: the backend's flash kernel keeps memory linear
     )
-    assert uneven._choose(False, False, longest, longest) == "tiled"
-    assert uneven._choose(False, False, 8, 8) == "direct"
+    assert choose(uneven, False, False, longest, longest) == "tiled"
+    assert choose(uneven, False, False, 8, 8) == "direct"
     monkeypatch.setattr(devices, "pallas_attention_available", lambda: True)
     causal = Masks(None, None, None, 0)
-    assert layer._choose(False, False, long, long) == "pallas"
-    assert layer._choose(False, False, long, long, causal) == "pallas"
-    assert layer._choose(False, False, 8, 8) == "fused"  # short
+    assert choose(layer, False, False, long, long) == "pallas"
+    assert choose(layer, False, False, long, long, causal) == "pallas"
+    assert choose(layer, False, False, 8, 8) == "fused"  # short
     padded = Masks(None, np.ones((1, long), bool), None, None)
-    assert layer._choose(False, False, long, long, padded) == "fused"
-    assert layer._choose(False, False, longest, longest, padded) == "tiled"
-    assert layer._choose(False, False, long, long + 1) == "fused"  # lengths
+    assert choose(layer, False, False, long, long, padded) == "fused"
+    assert choose(layer, False, False, longest, longest, padded) == "tiled"
+    assert choose(layer, False, False, long, long + 1) == "fused"  # lengths
     monkeypatch.setattr(devices, "platform", lambda: "cpu")
-    assert layer._choose(False, False, long, long) == "tiled"  # the CPU rule
+    assert choose(layer, False, False, long, long) == "tiled"  # the CPU rule
 
 
 def test_multi_head_accelerator_choice_gives_the_cpu_numbers(on_gpu):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attention_layers as al
-from attention_layers.ops import tiled as tiled_module
+from attention_layers.ops import attention, tiles
 from tests.contract import assert_clear_error
 
 RNG = np.random.default_rng(11)
@@ -26,16 +26,32 @@ TF_ONLY = pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow-only 
 def path(implementation, monkeypatch):
     """The layer's ``implementation`` for a test path name."""
     if implementation == "tiled-square":
-        monkeypatch.setattr(tiled_module, "WHOLE_ROW_ELEMENTS", 0)
+        monkeypatch.setattr(tiles, "WHOLE_ROW_ELEMENTS", 0)
         return "tiled"
     if implementation in ("tiled-native", "tiled-cast"):
         # Whole rows of bfloat16 scores with the native softmax check forced.
         native = keras.ops.convert_to_tensor(implementation == "tiled-native")
-        monkeypatch.setattr(
-            tiled_module, "native_softmax_is_float32", lambda *args: native
-        )
+        monkeypatch.setattr(tiles, "native_softmax_is_float32", lambda *args: native)
         return "tiled"
     return implementation
+
+
+def choose(layer, training, return_scores, tq, tk, masks=None):
+    """The evaluation ``layer`` takes for a call of lengths ``tq``, ``tk``."""
+    return attention.choose(
+        layer.implementation,
+        tq,
+        tk,
+        masks,
+        dtype=layer.compute_dtype,
+        key_dim=layer.key_dim,
+        value_dim=layer.value_dim,
+        dropout=layer.dropout,
+        training=training,
+        return_scores=return_scores,
+        flash_attention=layer._flash_attention,
+        tile_threshold=layer.tile_threshold,
+    )
 
 
 def to_numpy(x):
@@ -263,11 +279,11 @@ def test_auto_tiles_long_inputs_and_falls_back_for_scores_and_dropout():
     direct = layer_on("direct", dropout=0.3)
     direct(Q, V)
     auto = same_weights(layer_on("auto", dropout=0.3, tile_threshold=4), direct, Q, V)
-    assert auto._choose(False, False, TQ, TV) == "tiled"
-    assert auto._choose(True, False, TQ, TV) == "direct"
-    assert auto._choose(False, True, TQ, TV) == "direct"
-    assert auto._choose(False, False, 2, 2) == "fused"
-    assert auto._choose(False, False, None, TV) == "fused"
+    assert choose(auto, False, False, TQ, TV) == "tiled"
+    assert choose(auto, True, False, TQ, TV) == "direct"
+    assert choose(auto, False, True, TQ, TV) == "direct"
+    assert choose(auto, False, False, 2, 2) == "fused"
+    assert choose(auto, False, False, None, TV) == "fused"
     out, scores = auto(Q, V, return_attention_scores=True, **masks())
     want, want_scores = direct(Q, V, return_attention_scores=True, **masks())
     np.testing.assert_allclose(to_numpy(out), to_numpy(want), atol=1e-6)
@@ -375,7 +391,7 @@ def rounded_sum(s, axis=-1):
     [(float32_inside, True), (rounded_exponentials, False), (rounded_sum, False)],
 )
 def test_native_softmax_check_tells_float32_kernels_apart(softmax, holds):
-    check = tiled_module.native_softmax_is_float32("bfloat16", 0.0, softmax)
+    check = tiles.native_softmax_is_float32("bfloat16", 0.0, softmax)
     assert bool(to_numpy(check)) == holds
 
 
@@ -392,7 +408,7 @@ def test_native_softmax_check_implies_float32_weights_at_full_size(jit):
     @tf.function(jit_compile=jit)
     def run(s):
         zero = tf.minimum(tf.abs(tf.cast(s[0, 0, 0], tf.float32)), 0.0)
-        holds = tiled_module.native_softmax_is_float32(s.dtype, zero)
+        holds = tiles.native_softmax_is_float32(s.dtype, zero)
         same = tf.reduce_all(tf.nn.softmax(s) == float32_inside(s))
         return holds, same
 
@@ -713,8 +729,8 @@ def test_auto_takes_the_fused_kernel_on_accelerators(monkeypatch):
     direct(Q, V)
     auto = same_weights(layer_on(tile_threshold=1), direct, Q, V)
     taken = []
-    fused = auto._fused
-    monkeypatch.setattr(auto, "_fused", lambda *a: taken.append(1) or fused(*a))
+    fused = attention.fused
+    monkeypatch.setattr(attention, "fused", lambda *a: taken.append(1) or fused(*a))
     np.testing.assert_allclose(
         to_numpy(auto(Q, V, **masks())), to_numpy(direct(Q, V, **masks())), atol=1e-5
     )
