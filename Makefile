@@ -30,11 +30,12 @@ TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitte
 TEST_JAX_CACHE := $(CURDIR)/.jax-test-cache
 TEST_JAX := KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR="$(TEST_JAX_CACHE)" \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
-# On PyTorch: the layer contract and Keras' own MultiHeadAttention tests and
+# On PyTorch: the layer contract, Keras' own MultiHeadAttention tests and
 # parity (their slow parts, the contract's torch.compile clause among them,
-# in test-slow).
+# in test-slow), and the kernels' mask matrix.
 TEST_TORCH := KERAS_BACKEND=torch
-TORCH_TESTS := tests/test_contract.py tests/test_keras_parity.py tests/test_keras_suite.py
+TORCH_TESTS := tests/test_contract.py tests/test_keras_parity.py tests/test_keras_suite.py \
+	tests/test_kernels.py
 test: $(STAMP) lint
 	rm -rf "$(TEST_JAX_CACHE)"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"

@@ -73,7 +73,8 @@ def dot_product_attention(
     softmax=None,
     error=_value_error,
 ):
-    """``(context [B, Tq, H, Dv], scores [B, H, Tq, Tk] or None)``.
+    """``(context [B, Tq, H, Dv], scores [B, H, Tq, Tk] or None)``: the
+    scores (weights) where the direct path ran, always with ``return_scores``.
 
     Args:
         query: ``[B, Tq, H, D]`` projected queries (not yet scaled).
