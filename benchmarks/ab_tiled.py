@@ -1,10 +1,11 @@
-"""Versions of ``attention_layers/tiled.py`` against each other and the peer.
+"""Versions of ``attention_layers/ops/tiled.py`` against each other and the peer.
 
 Day-to-day drift on these machines is as large as the changes one makes to the
 tiled path (ratios against the peer move by up to 0.1 between days), so a
 change is measured here in one process against the code before it. Each
-version is loaded from its own file and traced into its own
-``MultiHeadAttention(implementation="tiled")`` (the layer's call to
+version is loaded from its own file (its tiles, where it imports them, from
+``attention_layers/ops/tiles.py``) and traced into its own
+``MultiHeadAttention(implementation="tiled")`` (the kernels' call to
 ``tiled_attention`` is pointed at that version while its ``tf.function``
 traces), all with the same weights, then timed in alternating rounds with
 ``keras.layers.MultiHeadAttention`` (same setup as ``bench_multi_head``:
@@ -15,8 +16,9 @@ difference of its output (forward) or gradient with respect to ``x``
 
 Usage::
 
-    mkdir -p runs && git show HEAD~1:attention_layers/tiled.py > runs/tiled_before.py
-    python -m benchmarks.ab_tiled runs/tiled_before.py attention_layers/tiled.py \\
+    mkdir -p runs
+    git show HEAD~1:attention_layers/ops/tiled.py > runs/tiled_before.py
+    python -m benchmarks.ab_tiled runs/tiled_before.py attention_layers/ops/tiled.py \\
         --dtype mixed_bfloat16 --jit off --pass fwd+bwd --rounds 7
 """
 
@@ -49,7 +51,7 @@ def run(paths, t, dtype, jit, mode, rounds):
     import tensorflow as tf
 
     import attention_layers as al
-    import attention_layers.multi_head as multi_head
+    from attention_layers.ops import attention as kernels
 
     versions = {f"{i}:{os.path.basename(p)}": load(p) for i, p in enumerate(paths)}
     keras.utils.set_random_seed(0)
@@ -71,14 +73,14 @@ def run(paths, t, dtype, jit, mode, rounds):
 
     x = tf.random.normal((B, t, D), seed=3)
     fns, checked = {}, {}
-    original = multi_head.tiled_attention
+    original = kernels.tiled_attention
     for label, layer in layers.items():
         fn = compiled(layer, t, mode, jit)
-        multi_head.tiled_attention = versions.get(label, original)
+        kernels.tiled_attention = versions.get(label, original)
         try:
             out = fn(x)  # traces with this version
         finally:
-            multi_head.tiled_attention = original
+            kernels.tiled_attention = original
         checked[label] = np.asarray(
             tf.cast(out if mode == "fwd" else out[1][0], tf.float32)
         )

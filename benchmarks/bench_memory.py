@@ -7,7 +7,7 @@ and its gradient with respect to ``x`` and the trainable weights, in
 
 * ``ours``: ``attention_layers.MultiHeadAttention(implementation="tiled")``:
   tiles of 256 queries x 256 keys with an online softmax and a tiled backward
-  pass (``attention_layers/tiled.py``), so memory should grow linearly in T;
+  pass (``attention_layers/ops/tiled.py``), so memory should grow linearly in T;
 * ``peer``: ``keras.layers.MultiHeadAttention``, which materialises the
   ``[B, 8, T, T]`` scores (``8 * T * T * 4`` bytes: 2 GiB at T=8192) and keeps
   what the backward pass needs of them, so memory should grow with T^2.

@@ -4,7 +4,7 @@ What the speed ratios under ``mixed_bfloat16`` leave out: whether the two
 sides lose the same to bfloat16. Both normalise the scores in float32: ours
 by the layer contract (the tiled path through TensorFlow's native bfloat16
 softmax where that kernel computes in float32, see
-``attention_layers.tiled.native_softmax_is_float32``), the peer because
+``attention_layers.ops.tiles.native_softmax_is_float32``), the peer because
 ``keras.ops.dot_product_attention``, which it calls, casts the scores to
 float32 on TensorFlow. Both run the products with the weights in bfloat16
 (ours takes the scores themselves in float32 under XLA, below). Self-attention of ``x``
