@@ -8,6 +8,7 @@ import pytest
 import attention_layers as al
 from attention_layers.ops import attention, tiles
 from tests.contract import assert_clear_error
+from tests.test_accelerators import choose
 
 RNG = np.random.default_rng(11)
 B, TQ, TV, D = 2, 5, 7, 6
@@ -34,24 +35,6 @@ def path(implementation, monkeypatch):
         monkeypatch.setattr(tiles, "native_softmax_is_float32", lambda *args: native)
         return "tiled"
     return implementation
-
-
-def choose(layer, training, return_scores, tq, tk, masks=None):
-    """The evaluation ``layer`` takes for a call of lengths ``tq``, ``tk``."""
-    return attention.choose(
-        layer.implementation,
-        tq,
-        tk,
-        masks,
-        dtype=layer.compute_dtype,
-        key_dim=layer.key_dim,
-        value_dim=layer.value_dim,
-        dropout=layer.dropout,
-        training=training,
-        return_scores=return_scores,
-        flash_attention=layer._flash_attention,
-        tile_threshold=layer.tile_threshold,
-    )
 
 
 def to_numpy(x):
