@@ -91,10 +91,14 @@ class MultiHeadAttention(keras.layers.Layer):
         sliding_window: ``None``, or each query sees the keys within
             ``sliding_window - 1`` positions of its own.
         flash_attention: ``None`` (the backend decides), True or False.
-        kernel_initializer, bias_initializer, kernel_regularizer,
-            bias_regularizer, kernel_constraint, bias_constraint: of the
-            projections, as in Keras.
-        activity_regularizer: of the projections' and the layer's outputs.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        kernel_regularizer: regularizer of the projection kernels.
+        bias_regularizer: regularizer of the projection biases.
+        activity_regularizer: regularizer of the projections' outputs and of
+            the layer's output (as in Keras).
+        kernel_constraint: constraint on the projection kernels.
+        bias_constraint: constraint on the projection biases.
         use_gate: gate the heads' output with ``sigmoid(q W^G)`` before the
             output projection (Qiu et al. 2025).
         seed: dropout seed.
