@@ -4,8 +4,8 @@ A cache is one tensor ``[B, 2, S, H, key_dim]``: the projected keys at index
 0, the projected values at index 1 (so it needs ``value_dim == key_dim``). A
 self-attention cache gets the new tokens written at ``cache_update_index`` on
 every call; a cross-attention cache holds a memory projected once
-(`project_memory`) and is only read. Each function takes the layer whose
-projections fill the cache.
+(`project_memory`) and is only read. The layer projects the new tokens;
+`update` writes them; the checks take the layer for its sizes and errors.
 """
 
 import numbers
@@ -37,7 +37,7 @@ def check_arguments(layer, cache, index):
     return cross
 
 
-def require_cacheable(layer):
+def _require_cacheable(layer):
     """Raise unless ``layer`` can hold a cache: one head size, built."""
     if layer.value_dim != layer.key_dim:
         raise input_error(
@@ -57,7 +57,7 @@ def require_cacheable(layer):
 
 def check(layer, query, value, cache, index):
     """The cache's shape and, for a self-attention cache, the index."""
-    require_cacheable(layer)
+    _require_cacheable(layer)
     want = (_static(query.shape)[0], 2, None, layer.num_heads, layer.key_dim)
     check_mask_shape(layer, "cache", cache, want)
     if index is not None:
@@ -88,14 +88,14 @@ def _check_index(layer, cache, value, index):
 def empty(layer, batch_size, max_length):
     """Zeros ``[batch_size, 2, max_length, H, key_dim]`` in the compute dtype."""
     if layer.value_dim != layer.key_dim:
-        require_cacheable(layer)
+        _require_cacheable(layer)
     shape = (batch_size, 2, max_length, layer.num_heads, layer.key_dim)
     return ops.zeros(shape, dtype=layer.compute_dtype)
 
 
 def project_memory(layer, value, key=None):
     """A cross-attention cache of the memory ``value`` (keys: ``key``)."""
-    require_cacheable(layer)
+    _require_cacheable(layer)
     if layer.rotary is not None:
         raise input_error(
             layer,
@@ -128,9 +128,9 @@ def update(cache, k, v, index, kv_mask):
     """
     if index is not None:
         index = ops.convert_to_tensor(index, "int32")
-        update = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
+        new = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
         zero = ops.zeros((), "int32")
-        cache = ops.slice_update(cache, [zero, zero, index, zero, zero], update)
+        cache = ops.slice_update(cache, [zero, zero, index, zero, zero], new)
         written = ops.arange(length(cache, axis=2)) < index + length(k)
         written = ops.expand_dims(written, 0)
         kv_mask = written if kv_mask is None else ops.logical_and(kv_mask, written)
