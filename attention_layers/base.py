@@ -147,6 +147,25 @@ def fresh_initializer(initializer, index=0):
     return initializer.__class__.from_config(config)
 
 
+_KERAS_OBJECTS = (
+    keras.initializers.Initializer,
+    keras.regularizers.Regularizer,
+    keras.constraints.Constraint,
+)
+
+
+def config_entries(layer, names):
+    """``{name: layer.<name>}`` for a ``get_config``, with initializers,
+    regularizers and constraints serialized."""
+    entries = {}
+    for name in names:
+        value = getattr(layer, name)
+        if isinstance(value, _KERAS_OBJECTS):
+            value = keras.saving.serialize_keras_object(value)
+        entries[name] = value
+    return entries
+
+
 def score_dtype(compute_dtype):
     """Dtype for products of unbounded activations: float32 under float16.
 

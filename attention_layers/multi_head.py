@@ -1,35 +1,32 @@
 """Multi-head attention: a drop-in for ``keras.layers.MultiHeadAttention``,
-with a KV cache, rotary positions and paths whose memory is linear in length.
-
-Five evaluations of the same attention, chosen per call (``implementation``):
-
-* ``"direct"``: the scores ``[B, H, Tq, Tk]`` are materialised, masked and
-  normalised in float32; the only path that returns them or applies dropout.
-* ``"fused"``: ``keras.ops.dot_product_attention``, the backend's kernel.
-* ``"tiled"``: query blocks times key blocks with an online softmax and a
-  hand-written backward pass (``attention_layers.ops.tiled``).
-* ``"pallas"``: JAX's Pallas flash-attention kernel for GPUs
-  (``attention_layers.ops.pallas_attention``).
-
-Every path has the same mask semantics: masked positions get zero weight, a
-fully masked query row gets zero weights and a zero context (the output is then
-the output projection's bias), and NaN or inf under padding never leaks.
+with a KV cache, rotary positions and paths whose memory is linear in length
+(``implementation``: direct, fused, tiled, Pallas; docs/layers/multi_head.md).
 """
 
 import math
-import numbers
+from operator import attrgetter
 
 import keras
 from keras import ops
 
-from attention_layers import masking
+from attention_layers import kv_cache, masking
 from attention_layers.base import (
     check_float,
-    check_mask_shape,
     check_positive_int,
+    config_entries,
     input_error,
 )
 from attention_layers.base import static_shape as _static
+from attention_layers.multi_head_inputs import (
+    attention_axes_arg,
+    call_over_axes,
+    check_shapes,
+    input_masks,
+    output_shape_arg,
+    pairwise_mask,
+    rotary_config,
+    rotary_layer,
+)
 from attention_layers.ops import attention, attention_axes
 from attention_layers.ops.attention import (
     DEFAULT_BLOCK_SIZE,
@@ -37,114 +34,19 @@ from attention_layers.ops.attention import (
     IMPLEMENTATIONS,
 )
 from attention_layers.ops.masks import Masks, dense_mask, length
-from attention_layers.positional import RotaryEmbedding
 
 # Keras' own words for this refusal, which its users may already match.
 _FLASH_DROPOUT = (
     "Dropout is not supported when flash attention is enabled. "
     "Please set dropout to 0.0 to use flash attention."
 )
-_KEY_VALUE = "All dimensions of `value` and `key`, except the last one, must be equal"
-
-_ROTARY_EXPECTED = "None, True, a RotaryEmbedding or a dict of its arguments"
-_ROTARY_ARGS = ("max_wavelength", "scaling_factor", "interleaved")
-
-
-def rotary_config(layer, rotary):
-    """The ``rotary`` argument of ``layer`` as a config: None, or a dict.
-
-    ``True`` means ``RotaryEmbedding()``; a dict holds its arguments (or is a
-    serialized Keras object); a `RotaryEmbedding` gives its arguments (a
-    subclass, its serialized form). Bad values raise ``input_error``.
-    """
-    if rotary is None or rotary is False:
-        return None
-    if rotary is True:
-        rotary = RotaryEmbedding()
-    elif isinstance(rotary, dict):
-        try:
-            if "class_name" in rotary:
-                rotary = keras.saving.deserialize_keras_object(rotary)
-            else:
-                rotary = RotaryEmbedding(**rotary)
-        except (TypeError, ValueError) as error:
-            raise input_error(layer, "rotary", _ROTARY_EXPECTED, str(error)) from None
-    if not isinstance(rotary, RotaryEmbedding):
-        raise input_error(layer, "rotary", _ROTARY_EXPECTED, repr(rotary))
-    if type(rotary) is not RotaryEmbedding:
-        return keras.saving.serialize_keras_object(rotary)
-    config = rotary.get_config()
-    return {name: config[name] for name in _ROTARY_ARGS}
-
-
-def _rotary_layer(config, dtype):
-    """A fresh rotary layer from `rotary_config`'s dict, in ``dtype``."""
-    if "class_name" not in config:
-        return RotaryEmbedding(**config, dtype=dtype, name="rotary_embedding")
-    layer = keras.saving.deserialize_keras_object(config)
-    return layer.__class__.from_config(
-        {**layer.get_config(), "dtype": dtype, "name": "rotary_embedding"}
-    )
-
-
-def _output_shape_arg(layer, output_shape):
-    """``output_shape`` as None, an int, or a list of ints."""
-    if output_shape is None:
-        return None
-    dims = (
-        (output_shape,) if isinstance(output_shape, numbers.Integral) else output_shape
-    )
-    try:
-        dims = [check_positive_int(layer, "output_shape", d) for d in dims]
-    except (TypeError, ValueError):
-        raise input_error(
-            layer,
-            "output_shape",
-            "a positive integer or a tuple or list of them",
-            f"{output_shape!r} (Invalid `output_shape`)",
-        ) from None
-    return dims[0] if isinstance(output_shape, numbers.Integral) else dims
-
-
-def _attention_axes_arg(layer, attention_axes):
-    """``attention_axes`` as None or a tuple of ints."""
-    if attention_axes is None:
-        return None
-    axes = (attention_axes,) if isinstance(attention_axes, int) else attention_axes
-    if not isinstance(axes, (list, tuple)) or not all(
-        isinstance(a, int) and not isinstance(a, bool) for a in axes
-    ):
-        raise input_error(
-            layer,
-            "attention_axes",
-            "None, an int, or a list or tuple of ints",
-            repr(attention_axes),
-        )
-    return tuple(axes)
-
-
-def _attention_mask_4d(layer, mask, batch, heads, tq, tk):
-    """``attention_mask`` of shape ``(Tq, Tk)``, ``(B or 1, Tq, Tk)`` or
-    ``(B or 1, H or 1, Tq, Tk)`` as a boolean ``[B or 1, H or 1, Tq, Tk]``."""
-    mask = masking.as_bool(mask)
-    shape = _static(mask.shape)
-    forms = {2: (tq, tk), 3: (batch, tq, tk), 4: (batch, heads, tq, tk)}
-    want = forms.get(len(shape))
-    ok = want is not None and all(
-        a is None or b is None or a == b or (a == 1 and i < len(shape) - 2)
-        for i, (a, b) in enumerate(zip(shape, want, strict=True))
-    )
-    if not ok:
-        raise input_error(
-            layer,
-            "attention_mask",
-            f"shape (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk) = {(tq, tk)}, "
-            f"{(batch, tq, tk)} or {(batch, heads, tq, tk)} (B and H may be 1)",
-            f"shape {shape}",
-        )
-    while len(mask.shape) < 4:
-        mask = ops.expand_dims(mask, 0 if len(mask.shape) == 2 else 1)
-    return mask
+_CONFIG_KEYS = (
+    "num_heads", "key_dim", "value_dim", "dropout", "use_bias", "output_shape",
+    "attention_axes", "sliding_window", "flash_attention", "kernel_initializer",
+    "bias_initializer", "kernel_regularizer", "bias_regularizer",
+    "activity_regularizer", "kernel_constraint", "bias_constraint", "use_gate",
+    "seed", "implementation", "tile_threshold", "block_size", "rotary",
+)  # fmt: skip
 
 
 @keras.saving.register_keras_serializable(package="attention_layers")
@@ -152,76 +54,21 @@ class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention of Vaswani et al. (2017): self, causal and cross.
 
     ``head_h = softmax(Q_h K_h^T / sqrt(key_dim)) V_h`` with ``Q_h = q W^Q_h``,
-    ``K_h = k W^K_h``, ``V_h = v W^V_h``, and the output
-    ``concat(head_1..head_H) W^O + b^O``. It takes every argument and input
-    of ``keras.layers.MultiHeadAttention`` (Keras 3.15) with the same meaning
-    and the same weights in the same order, so ``set_weights`` copies weights
-    between the two and ``from_config`` reads a Keras config
-    (docs/from_keras_attention.md has the table).
-
-    Differences from Keras: a fully masked query row gets zero weights and
-    attends to nothing, so its output is the output bias alone (Keras spreads
-    it uniformly); NaN under padding never leaks; scores are normalised in
-    float32 under ``mixed_float16`` and ``mixed_bfloat16``. What Keras lacks:
-    a KV cache for incremental decoding, rotary positions, and the
-    ``implementation`` choice (the module docstring lists the paths).
-
-    ``implementation``:
-
-    * ``"direct"``: scores materialised; the only path that returns scores or
-      applies dropout.
-    * ``"fused"``: ``keras.ops.dot_product_attention`` (inputs cast to float32
-      under ``mixed_float16``, whose range the product may overflow); needs
-      ``value_dim == key_dim``; ``flash_attention`` is passed to it.
-    * ``"tiled"``: blocks of ``block_size`` queries over all the keys or over
-      tiles of ``block_size`` keys with an online softmax, and a tiled
-      backward pass: memory linear in the lengths; no scores, no dropout, no
-      per-head mask.
-    * ``"pallas"``: JAX's Pallas flash-attention kernel for GPUs (its
-      interpreter off a GPU); JAX only, equal static query and key lengths,
-      one head size, no key, pairwise or window mask, a causal mask only for
-      queries aligned with the keys; no scores, no dropout.
-    * ``"auto"``: ``"direct"`` when scores are returned or dropout is active;
-      ``"fused"`` when ``flash_attention`` is True. On a GPU or TPU with
-      ``value_dim == key_dim``: ``"fused"`` in 16-bit; in float32
-      ``"pallas"`` past ``tile_threshold`` query-key pairs where it serves
-      the call, else ``"tiled"`` past 2^26 pairs and ``"fused"`` below. On a
-      CPU ``"tiled"`` past ``tile_threshold`` pairs, else ``"fused"`` in
-      float32 with one head size and ``"direct"`` otherwise. Explicit paths
-      raise where they cannot serve a call.
-
-    Masks, as in Keras: ``query_mask`` ``[B, Tq]``, ``value_mask`` and
-    ``key_mask`` ``[B, Tk]`` (filled from ``Embedding(mask_zero=True)``), an
-    ``attention_mask`` ``(Tq, Tk)``, ``(B, Tq, Tk)`` or per head ``(B, H, Tq,
-    Tk)`` (size-1 batch and head axes broadcast), the causal mask (query ``i``
-    sees keys ``j <= i``, aligned at the first key as in Keras) and the
-    ``sliding_window`` band ``|i - j| < sliding_window``. With a
-    self-attention cache the queries sit at ``cache_update_index + i``: the
-    causal mask and the window count from there.
-
-    Incremental decoding uses a cache ``[B, 2, S, H, key_dim]`` (keys at index
-    0, values at 1; it needs ``value_dim == key_dim``). Self-attention: pass
-    ``cache`` and ``cache_update_index``; the new tokens' keys and values are
-    written at ``[index, index + T)`` and the queries attend over the cache,
-    where slots from ``index + T`` on (not yet written) are masked.
-    Cross-attention: pass ``cache=layer.compute_cache(memory)`` and no index.
-
-    Rotary positions (``rotary``, Su et al. 2021) rotate the projected
-    queries and keys of every head before the scores, on every path: keys at
-    positions ``0..Tk-1``, queries at ``0..Tq-1`` (at ``index + i`` with a
-    self-attention cache). They are for self-attention: a cross-attention
-    cache is refused.
-
-    Inputs of higher rank (``[B, d_1, ..., d_n, dim]``) attend over their
-    ``attention_axes`` as in Keras (the other axes act as batch axes); the
-    causal mask and the window then count positions along the attention axes
-    flattened; the cache and rotary positions need rank-3 inputs.
+    ``K_h = k W^K_h``, ``V_h = v W^V_h``; the output is
+    ``concat(head_1..head_H) W^O + b^O``. A drop-in for
+    ``keras.layers.MultiHeadAttention``: the same arguments, inputs and
+    weights in the same order, so ``set_weights`` copies weights between the
+    two and ``from_config`` reads a Keras config. A fully masked query row
+    attends to nothing (its output is the output bias) and scores are
+    normalised in float32 under mixed precision. Added: a KV cache for
+    incremental decoding, rotary positions and a choice of
+    ``implementation``; the layer's page (docs/layers/multi_head.md) has the
+    details.
 
     Args:
         num_heads: number of heads ``H``.
         key_dim: size of each head of the query and key projections.
-        value_dim: size of each head of the value projection; ``None`` means
-            ``key_dim``.
+        value_dim: size of each value head; ``None`` means ``key_dim``.
         dropout: fraction of attention weights dropped in training.
         use_bias: whether the projections have biases.
         output_shape: last dimension(s) of the output; ``None`` means the
@@ -230,9 +77,7 @@ class MultiHeadAttention(keras.layers.Layer):
             batch and the features).
         sliding_window: ``None``, or each query sees the keys within
             ``sliding_window - 1`` positions of its own.
-        flash_attention: ``None`` (the backend decides; see
-            ``keras.config.enable_flash_attention``), True or False: passed
-            to the backend's fused kernel.
+        flash_attention: ``None`` (the backend decides), True or False.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         kernel_regularizer: regularizer of the projection kernels.
@@ -241,34 +86,33 @@ class MultiHeadAttention(keras.layers.Layer):
             the layer's output (as in Keras).
         kernel_constraint: constraint on the projection kernels.
         bias_constraint: constraint on the projection biases.
-        use_gate: gate the attention output with ``sigmoid(q W^G)`` before the
+        use_gate: gate the heads' output with ``sigmoid(q W^G)`` before the
             output projection (Qiu et al. 2025).
         seed: dropout seed.
         implementation: ``"auto"``, ``"direct"``, ``"tiled"``, ``"fused"`` or
             ``"pallas"``.
         tile_threshold: ``Tq * Tk`` past which ``"auto"`` takes a
             linear-memory path (default ``2**20``).
-        block_size: query rows of one block of the tiled path, and key columns
-            of one tile when it tiles the keys (default 256).
-        rotary: rotary positions on queries and keys: ``None``, ``True``
-            (``RotaryEmbedding()``), a `RotaryEmbedding`, or a dict of its
-            arguments; needs an even ``key_dim``.
+        block_size: query rows (and key columns) of one tile of ``"tiled"``.
+        rotary: rotary positions on queries and keys: ``None``, ``True``, a
+            `RotaryEmbedding` or a dict of its arguments; needs an even
+            ``key_dim``.
         **kwargs: base layer arguments (``name``, ``dtype``).
 
     Call arguments:
-        query: ``[B, Tq, Dq]`` (or higher rank, see above).
+        query: ``[B, Tq, Dq]`` (or higher rank, with ``attention_axes``).
         value: ``[B, Tk, Dv]``; may be ``None`` with a cross-attention cache.
         key: ``[B, Tk, Dk]``, defaults to ``value``.
-        query_mask, value_mask, key_mask, attention_mask: the masks above.
+        query_mask: ``[B, Tq]``.
+        value_mask, key_mask: ``[B, Tk]``.
+        attention_mask: ``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B, H, Tq, Tk)``.
         return_attention_scores: also return the weights ``[B, H, Tq, Tk]``.
         training: whether dropout is active.
-        use_causal_mask: add the causal mask.
-        cache: ``[B, 2, S, H, key_dim]`` keys and values, or ``None``.
+        use_causal_mask: query ``i`` sees keys ``j <= i`` only.
+        cache: ``[B, 2, S, H, key_dim]`` keys and values (`empty_cache`,
+            `compute_cache`), or ``None``.
         cache_update_index: where the new tokens go in a self-attention
-            cache (Python int or scalar int tensor); ``None`` for a
-            cross-attention cache. ``index + Tq`` must not pass ``S``: a
-            Python int past it is refused, a tensor one is clamped by the
-            update (which then overwrites the last slots).
+            cache; ``None`` for a cross-attention cache.
 
     Returns:
         ``output`` ``[B, Tq, d_out]``; with ``return_attention_scores=True``
@@ -289,18 +133,6 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> bool(np.allclose(step, out[:, :1], atol=1e-5))
     True
 
-    With rotary positions, a prompt fed into the cache, then one token:
-
-    >>> rope = MultiHeadAttention(num_heads=2, key_dim=4, rotary=True)
-    >>> full = rope(x, x, use_causal_mask=True)
-    >>> cache = rope.empty_cache(batch_size=2, max_length=5)
-    >>> _, cache = rope(x[:, :3], x[:, :3], cache=cache, cache_update_index=0,
-    ...                 use_causal_mask=True)
-    >>> step, cache = rope(x[:, 3:4], x[:, 3:4], cache=cache,
-    ...                    cache_update_index=3, use_causal_mask=True)
-    >>> bool(np.allclose(step, full[:, 3:4], atol=1e-5))
-    True
-
     References:
         Vaswani et al. Attention Is All You Need. NeurIPS 2017.
         https://arxiv.org/abs/1706.03762
@@ -311,6 +143,19 @@ class MultiHeadAttention(keras.layers.Layer):
         Qiu et al. Gated Attention for Large Language Models. 2025.
         https://arxiv.org/abs/2505.06708
     """
+
+    # Keras' names for the sublayers and arguments (Keras' tests and
+    # subclasses written against Keras use them).
+    query_dense = property(attrgetter("_query_dense"))
+    key_dense = property(attrgetter("_key_dense"))
+    value_dense = property(attrgetter("_value_dense"))
+    output_dense = property(attrgetter("_output_dense"))
+    gate_dense = property(attrgetter("_gate_dense"))
+    dropout_layer = property(attrgetter("_dropout_layer"))
+    _num_heads = property(attrgetter("num_heads"))
+    _key_dim = property(attrgetter("key_dim"))
+    _value_dim = property(attrgetter("value_dim"))
+    _sliding_window = property(attrgetter("sliding_window"))
 
     def __init__(
         self,
@@ -342,14 +187,15 @@ class MultiHeadAttention(keras.layers.Layer):
         self.supports_masking = True
         self.num_heads = check_positive_int(self, "num_heads", num_heads)
         self.key_dim = check_positive_int(self, "key_dim", key_dim)
+        self._inverse_sqrt_key_dim = 1.0 / math.sqrt(float(self.key_dim))
         value_dim = check_positive_int(self, "value_dim", value_dim, allow_none=True)
         self.value_dim = value_dim or self.key_dim
         if not 0.0 <= float(dropout) < 1.0:
             raise self._error("dropout", "a float in [0, 1)", repr(dropout))
         self.dropout = dropout
         self.use_bias = use_bias
-        self.output_shape = _output_shape_arg(self, output_shape)
-        self.attention_axes = _attention_axes_arg(self, attention_axes)
+        self.output_shape = output_shape_arg(self, output_shape)
+        self.attention_axes = attention_axes_arg(self, attention_axes)
         self.sliding_window = check_positive_int(
             self, "sliding_window", sliding_window, allow_none=True
         )
@@ -397,52 +243,6 @@ class MultiHeadAttention(keras.layers.Layer):
     def _error(self, argument, expected, received):
         return input_error(self, argument, expected, received)
 
-    # -- Keras' names --------------------------------------------------------
-    @property
-    def query_dense(self):
-        return self._query_dense
-
-    @property
-    def key_dense(self):
-        return self._key_dense
-
-    @property
-    def value_dense(self):
-        return self._value_dense
-
-    @property
-    def output_dense(self):
-        return self._output_dense
-
-    @property
-    def gate_dense(self):
-        """The gate's projection (``use_gate=True``), else None."""
-        return self._gate_dense
-
-    @property
-    def dropout_layer(self):
-        return self._dropout_layer
-
-    @property
-    def _sliding_window(self):
-        return self.sliding_window
-
-    @property
-    def _num_heads(self):
-        return self.num_heads
-
-    @property
-    def _key_dim(self):
-        return self.key_dim
-
-    @property
-    def _value_dim(self):
-        return self.value_dim
-
-    @property
-    def _inverse_sqrt_key_dim(self):
-        return 1.0 / math.sqrt(float(self.key_dim))
-
     # -- build ---------------------------------------------------------------
     def _sublayer_kwargs(self):
         """Regularizers, constraints, the dtype policy, and fresh copies of
@@ -482,7 +282,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "None",
             )
         key_shape = value_shape if key_shape is None else key_shape
-        self._check_shapes(query_shape, value_shape, key_shape)
+        check_shapes(self, query_shape, value_shape, key_shape)
         # Built in Keras' order (query, key, gate, value, output): the same
         # weights in the same order, for set_weights.
         self._query_dense = self._projection("query", query_shape[-1], self.key_dim)
@@ -510,46 +310,12 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         self.rotary_embedding = None
         if self.rotary is not None:
-            self.rotary_embedding = _rotary_layer(self.rotary, self.dtype_policy)
-
-    def _check_shapes(self, query_shape, value_shape, key_shape, axes=True):
-        """Ranks, batch sizes and key/value shapes; with ``axes``, the
-        attention axes for the query's rank."""
-        q, v, k = _static(query_shape), _static(value_shape), _static(key_shape)
-        if len(q) < 3:
-            raise self._error(
-                "query", "a tensor of rank 3 or more [batch, ..., dim]", f"shape {q}"
-            )
-        if len(v) != len(q):
-            raise self._error(
-                "value", f"the rank of query ({len(q)}) [batch, ..., dim]", f"shape {v}"
-            )
-        if len(k) != len(v) or any(
-            None not in (a, b) and a != b for a, b in zip(k[1:-1], v[1:-1], strict=True)
-        ):
-            raise self._error(
-                "key",
-                f"the shape of value but its last axis ({_KEY_VALUE})",
-                f"shape {k} (value: {v})",
-            )
-        if len({q[0], v[0], k[0]} - {None}) > 1:
-            raise self._error(
-                "value",
-                "the same batch size as query and key",
-                f"batch sizes query={q[0]}, value={v[0]}, key={k[0]}",
-            )
-        resolved = attention_axes.resolve_axes(self.attention_axes, len(q))
-        if axes and (not resolved or any(not 0 < a < len(q) - 1 for a in resolved)):
-            raise self._error(
-                "attention_axes",
-                f"axes between the batch and the feature axes of a rank-{len(q)} query",
-                repr(self.attention_axes),
-            )
+            self.rotary_embedding = rotary_layer(self.rotary, self.dtype_policy)
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
-        self._check_shapes(query_shape, value_shape, key_shape)
+        check_shapes(self, query_shape, value_shape, key_shape)
         out = self.output_shape
         if out is None:
             return query_shape
@@ -585,41 +351,7 @@ class MultiHeadAttention(keras.layers.Layer):
             specs.append(keras.KerasTensor(cache.shape, dtype=cache.dtype))
         return specs[0] if len(specs) == 1 else tuple(specs)
 
-    # -- cache helpers -----------------------------------------------------
-    def _require_cacheable(self):
-        if self.value_dim != self.key_dim:
-            raise self._error(
-                "cache",
-                f"value_dim == key_dim ({self.key_dim}) for a KV cache",
-                f"value_dim={self.value_dim}",
-            )
-        if not self.built:
-            raise self._error(
-                "cache",
-                "a built layer (call it once, or build it) before using a cache",
-                "an unbuilt layer",
-            )
-
-    def _check_cache_index(self, cache, value, index):
-        """The new tokens must fit: ``0 <= index`` and ``index + Tq <= S``.
-
-        Checked when the index and the sizes are static; a tensor index past
-        the end is clamped by the update (it overwrites the last slots), so
-        a caller with a traced index must keep it in range.
-        """
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-            return
-        size, steps = _static(cache.shape)[2], _static(value.shape)[1]
-        if index < 0 or (None not in (size, steps) and index + steps > size):
-            if None in (size, steps):
-                expected = "an index >= 0"
-            else:
-                expected = (
-                    f"an index in [0, {size - steps}] (the cache holds {size} "
-                    f"positions and {steps} new token(s) are written from it)"
-                )
-            raise self._error("cache_update_index", expected, repr(index))
-
+    # -- cache -----------------------------------------------------------------
     def compute_cache(self, value, key=None):
         """Project a memory once for cross-attention decoding.
 
@@ -631,24 +363,12 @@ class MultiHeadAttention(keras.layers.Layer):
             ``[B, 2, S, num_heads, key_dim]``: keys at index 0, values at 1, to
             pass as ``cache`` with ``cache_update_index=None``.
         """
-        self._require_cacheable()
-        if self.rotary is not None:
-            raise self._error(
-                "rotary",
-                "None for a cross-attention cache (rotary positions are for "
-                "self-attention)",
-                repr(self.rotary),
-            )
-        key = value if key is None else key
-        return ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
+        return kv_cache.project_memory(self, value, key)
 
     def empty_cache(self, batch_size, max_length):
         """Zeros ``[batch_size, 2, max_length, num_heads, key_dim]`` for
         self-attention decoding, in the compute dtype."""
-        if self.value_dim != self.key_dim:
-            self._require_cacheable()
-        shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
-        return ops.zeros(shape, dtype=self.compute_dtype)
+        return kv_cache.empty(self, batch_size, max_length)
 
     # -- call ------------------------------------------------------------------
     def call(
@@ -669,10 +389,10 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         layout = attention_axes.layout(self.attention_axes, len(query.shape))
         if layout is not None:
-            return self._call_over_axes(
-                layout, query, value, key, query_mask, value_mask, key_mask,
-                attention_mask, return_attention_scores, training, use_causal_mask,
-                cache,
+            return call_over_axes(
+                self, self._attention_call, layout, query, value, key, query_mask,
+                value_mask, key_mask, attention_mask, return_attention_scores,
+                training, use_causal_mask, cache,
             )  # fmt: skip
         return self._attention_call(
             query, value, key, query_mask, value_mask, key_mask, attention_mask,
@@ -688,8 +408,8 @@ class MultiHeadAttention(keras.layers.Layer):
         """`call` on rank-3 inputs attending over their sequence axis."""
         self._check_call(query, value, key, cache, cache_update_index)
         tk = length(value) if cache is None else _static(cache.shape)[2]
-        query_mask, kv_mask, pair = self._input_masks(
-            query, tk, query_mask, value_mask, key_mask, attention_mask
+        query_mask, kv_mask, pair = input_masks(
+            self, query, tk, query_mask, value_mask, key_mask, attention_mask
         )
         gate = (
             None
@@ -717,18 +437,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _check_call(self, query, value, key, cache, index):
         """Validate one rank-3 call's inputs and cache."""
-        if cache is None and index is not None:
-            raise self._error(
-                "cache", "a cache tensor along with cache_update_index", "None"
-            )
-        cross_cache = cache is not None and index is None
-        if cross_cache and self.rotary is not None:
-            raise self._error(
-                "cache_update_index",
-                "an index with rotary positions (a self-attention cache; "
-                "rotary positions do not apply to cross-attention)",
-                "None",
-            )
+        cross_cache = kv_cache.check_arguments(self, cache, index)
         check_float(self, "query", query)
         if value is None:
             if not cross_cache:
@@ -736,87 +445,36 @@ class MultiHeadAttention(keras.layers.Layer):
                     "value", "a tensor (None only with a cross-attention cache)", "None"
                 )
         else:
-            self._check_shapes(query.shape, value.shape, key.shape, axes=False)
+            check_shapes(self, query.shape, value.shape, key.shape, axes=False)
             check_float(self, "value", value)
             check_float(self, "key", key)
         if cache is not None:
-            self._require_cacheable()
-            want = (_static(query.shape)[0], 2, None, self.num_heads, self.key_dim)
-            check_mask_shape(self, "cache", cache, want)
-            if not cross_cache:
-                self._check_cache_index(cache, value, index)
-
-    def _input_masks(self, query, tk, query_mask, value_mask, key_mask, attention_mask):
-        """``(query mask [B, Tq], key mask [B, Tk], pairwise mask)`` as booleans
-        (None where absent); the pairwise mask ``[B, Tq, Tk]``, or ``[B, H,
-        Tq, Tk]`` where it differs by head."""
-        batch, tq = _static(query.shape)[:2]
-        check_mask_shape(self, "query_mask", query_mask, (batch, tq))
-        check_mask_shape(self, "value_mask", value_mask, (batch, tk))
-        check_mask_shape(self, "key_mask", key_mask, (batch, tk))
-        pair = None
-        if attention_mask is not None:
-            pair = _attention_mask_4d(
-                self, attention_mask, batch, self.num_heads, tq, tk
-            )
-            heads = _static(pair.shape)[1]
-            full = (ops.shape(query)[0], heads, tq or ops.shape(query)[1], tk)
-            pair = ops.broadcast_to(pair, full)
-            pair = pair[:, 0] if heads == 1 else pair
-        kv_mask = masking.and_masks(value_mask, key_mask)
-        return masking.as_bool(query_mask), kv_mask, pair
+            kv_cache.check(self, query, value, cache, index)
 
     def _project(self, query, value, key, cache, index, masks, use_causal_mask):
         """The projected ``q, k, v`` ``[B, T, H, d]``, the new cache (or None)
         and the call's `Masks` (the written cache slots, causal and window
         positions included). Padding is zeroed before the projections."""
         q = self._query_dense(masking.zero_masked(query, masks.query))
-        kv_mask, offset = masks.kv, 0
-        if cache is None:
-            k = self._key_dense(masking.zero_masked(key, kv_mask))
-            v = self._value_dense(masking.zero_masked(value, kv_mask))
+        offset = 0 if index is None else index
+        kv_mask, k, v = masks.kv, None, None
+        if cache is None or index is not None:  # new tokens' keys and values
+            new_mask = kv_mask
+            if cache is not None:  # their slots of the cache's mask
+                new_mask = kv_cache.new_tokens_mask(kv_mask, index, length(value))
+            k = self._key_dense(masking.zero_masked(key, new_mask))
+            v = self._value_dense(masking.zero_masked(value, new_mask))
             if self.rotary is not None:
-                q, k = self._rotate(q, 0), self._rotate(k, 0)
-            new_cache = None
-        elif index is None:  # cross-attention: the memory projected before
-            k, v, new_cache = cache[:, 0], cache[:, 1], cache
-        else:
-            k, v, new_cache, kv_mask = self._write_cache(
-                key, value, cache, index, kv_mask
-            )
-            if self.rotary is not None:
-                q = self._rotate(q, index)
-            offset = index
+                q, k = self._rotate(q, offset), self._rotate(k, offset)
         if cache is not None:
-            k, v = masking.zero_masked(k, kv_mask), masking.zero_masked(v, kv_mask)
+            k, v, cache, kv_mask = kv_cache.update(cache, k, v, index, kv_mask)
         masks = masks._replace(
             kv=kv_mask,
             causal_offset=offset if use_causal_mask else None,
             window=self.sliding_window,
             window_offset=offset,
         )
-        return q, k, v, new_cache, masks
-
-    def _write_cache(self, key, value, cache, index, kv_mask):
-        """Write the new tokens' keys (rotated at their positions) and values
-        at ``[index, index + T)``; returns ``k, v``, the cache and the key
-        mask with the slots not yet written masked."""
-        index = ops.convert_to_tensor(index, "int32")
-        steps = length(value)
-        new_mask = None
-        if kv_mask is not None:  # the new tokens' slice of the cache mask
-            new_mask = ops.take(kv_mask, index + ops.arange(steps), axis=1)
-        new_keys = self._key_dense(masking.zero_masked(key, new_mask))
-        if self.rotary is not None:
-            new_keys = self._rotate(new_keys, index)
-        new_values = self._value_dense(masking.zero_masked(value, new_mask))
-        update = ops.cast(ops.stack([new_keys, new_values], axis=1), cache.dtype)
-        zero = ops.zeros((), "int32")
-        cache = ops.slice_update(cache, [zero, zero, index, zero, zero], update)
-        k, v = cache[:, 0], cache[:, 1]
-        written = ops.expand_dims(ops.arange(length(k)) < index + steps, 0)
-        kv_mask = written if kv_mask is None else ops.logical_and(kv_mask, written)
-        return k, v, cache, kv_mask
+        return q, k, v, cache, masks
 
     def _output(self, context, gate):
         """The output projection of the heads' context, gated first if asked."""
@@ -828,48 +486,6 @@ class MultiHeadAttention(keras.layers.Layer):
     def _rotate(self, x, start_index):
         """``x`` ``[B, T, H, key_dim]`` rotated at positions ``start_index + t``."""
         return ops.cast(self.rotary_embedding(x, start_index=start_index), x.dtype)
-
-    def _call_over_axes(
-        self, layout, query, value, key, query_mask, value_mask, key_mask,
-        attention_mask, return_attention_scores, training, use_causal_mask, cache,
-    ):  # fmt: skip
-        """A call on higher-rank inputs (`attention_layers.attention_axes`):
-        flattened to rank 3, attended, put back."""
-        if cache is not None or self.rotary is not None:
-            raise self._error(
-                "query",
-                "a rank-3 tensor with a cache or rotary positions",
-                f"shape {_static(query.shape)}",
-            )
-        self._check_shapes(query.shape, value.shape, key.shape)
-
-        def flat_mask(mask, like):
-            if mask is None:
-                return None
-            check_mask_shape(self, "mask", mask, _static(like.shape)[:-1])
-            return attention_axes.flatten(masking.as_bool(mask), layout, feature=False)
-
-        if attention_mask is not None:
-            attention_mask = attention_axes.flatten_attention_mask(
-                masking.as_bool(attention_mask), layout, query, key, self.num_heads
-            )
-        out = self._attention_call(
-            attention_axes.flatten(query, layout),
-            attention_axes.flatten(value, layout),
-            attention_axes.flatten(key, layout),
-            flat_mask(query_mask, query),
-            flat_mask(value_mask, value),
-            flat_mask(key_mask, key),
-            attention_mask,
-            return_attention_scores,
-            training,
-            use_causal_mask,
-        )
-        output, scores = out if return_attention_scores else (out, None)
-        output = attention_axes.unflatten_output(output, layout, query)
-        if not return_attention_scores:
-            return output
-        return output, attention_axes.unflatten_scores(scores, layout, query, key)
 
     # -- the attention ---------------------------------------------------------
     def _attend(self, q, k, v, masks, training=None, return_scores=False):
@@ -920,13 +536,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         pair = None
         if attention_mask is not None:
-            tq, tk = length(query), length(key)
-            pair = _attention_mask_4d(
-                self, attention_mask, None, self.num_heads, tq, tk
-            )
-            heads = _static(pair.shape)[1]
-            pair = ops.broadcast_to(pair, (ops.shape(query)[0], heads, tq, tk))
-            pair = pair[:, 0] if heads == 1 else pair
+            pair = pairwise_mask(self, attention_mask, query, length(key))
         masks = Masks(None, None, pair, 0 if use_causal_mask else None)
         return self._attend(query, key, value, masks, training, return_attention_scores)
 
@@ -944,8 +554,8 @@ class MultiHeadAttention(keras.layers.Layer):
         (``[B, H, Tq, Tk]`` where the attention mask differs by head), or
         None: Keras' helper, for subclasses."""
         tk = length(value)
-        query_mask, kv_mask, pair = self._input_masks(
-            query, tk, query_mask, value_mask, key_mask, attention_mask
+        query_mask, kv_mask, pair = input_masks(
+            self, query, tk, query_mask, value_mask, key_mask, attention_mask
         )
         masks = Masks(
             query_mask,
@@ -978,30 +588,4 @@ class MultiHeadAttention(keras.layers.Layer):
         return previous_mask
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "num_heads": self.num_heads,
-            "key_dim": self.key_dim,
-            "value_dim": self.value_dim,
-            "dropout": self.dropout,
-            "use_bias": self.use_bias,
-            "output_shape": self.output_shape,
-            "attention_axes": self.attention_axes,
-            "sliding_window": self.sliding_window,
-            "flash_attention": self.flash_attention,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-            "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
-            "activity_regularizer": keras.regularizers.serialize(
-                self.activity_regularizer
-            ),
-            "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
-            "bias_constraint": keras.constraints.serialize(self.bias_constraint),
-            "use_gate": self.use_gate,
-            "seed": self.seed,
-            "implementation": self.implementation,
-            "tile_threshold": self.tile_threshold,
-            "block_size": self.block_size,
-            "rotary": self.rotary,
-        }
+        return {**super().get_config(), **config_entries(self, _CONFIG_KEYS)}
