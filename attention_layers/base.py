@@ -179,6 +179,19 @@ def check_mask_shape(layer, argument, mask, expected_shape):
         )
 
 
+def check_built_dim(layer, argument, x, built):
+    """Raise ``input_error`` unless the last dimension of ``x`` is ``built``,
+    the size the layer's weights were made for (unknown: no check)."""
+    dim = static_shape(x.shape)[-1]
+    if dim is not None and dim != built:
+        raise input_error(
+            layer,
+            argument,
+            f"last dimension {built} (as when the layer was built)",
+            f"shape {static_shape(x.shape)}",
+        )
+
+
 class AttentionInputs(NamedTuple):
     """The validated, rank-3 inputs of one attention call."""
 
@@ -332,7 +345,14 @@ class ScoreAttention(keras.layers.Layer):
         return self._finish(inputs, context, weights, return_attention_scores)
 
     def _prepare_inputs(
-        self, query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
+        self,
+        query,
+        value,
+        key,
+        query_mask,
+        value_mask,
+        attention_mask=None,
+        use_causal_mask=False,
     ):
         """Validate, lift a rank-2 query to one step, scrub padding, merge masks.
 

@@ -25,6 +25,7 @@ import numpy as np
 from keras import ops
 
 from attention_layers.base import (
+    check_built_dim,
     check_mask_shape,
     concrete_value,
     input_error,
@@ -509,15 +510,7 @@ class PointerGenerator(keras.layers.Layer):
         self._check_dtypes(logits, attention, source_ids, gate_inputs)
         batch, length = static_shape(source_ids.shape)
         check_mask_shape(self, "source_mask", source_mask, (batch, length))
-        features = static_shape(gate_inputs.shape)[-1]
-        built_features = self.gate.kernel.shape[0]
-        if features is not None and features != built_features:
-            raise input_error(
-                self,
-                "gate_inputs",
-                f"last dimension {built_features} (as when the layer was built)",
-                f"shape {static_shape(gate_inputs.shape)}",
-            )
+        check_built_dim(self, "gate_inputs", gate_inputs, self.gate.kernel.shape[0])
 
     def _source_ids(self, source_ids, source_mask, mask):
         """int32 extended ids in range: masked positions point at entry 0
