@@ -401,14 +401,15 @@ class ScoreAttention(keras.layers.Layer):
         )
         return AttentionInputs(query, value, key, mask, value_mask, single_step)
 
-    def _attend(self, inputs, training=None):
+    def _attend(self, inputs, training=None, **score_arguments):
         """Return ``(context [B, Tq, Dv], weights [B, Tq, Tv])`` in the compute dtype.
 
-        The default is the global soft attention of every score function;
-        layers that attend differently (local windows, hard samples) override it.
+        The default is the global soft attention of every score function
+        (``score_arguments`` go to ``score``, e.g. a coverage); layers that
+        attend differently (local windows, hard samples) override it.
         """
         weights = masking.masked_softmax(
-            self.score(inputs.query, inputs.key), inputs.mask
+            self.score(inputs.query, inputs.key, **score_arguments), inputs.mask
         )
         weights = ops.cast(weights, self.compute_dtype)
         return self._weighted_sum(weights, inputs.value, training), weights

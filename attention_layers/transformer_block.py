@@ -115,6 +115,15 @@ class _Block(keras.layers.Layer):
         layer.build(query_shape, value_shape)
         return layer
 
+    def _build_attention(self, kind, query_shape, value_shape, hidden, rotary=None):
+        """The ``kind`` (``"self"`` or ``"cross"``) attention sub-layer:
+        ``{kind}_attention`` and its ``_norm`` and ``_dropout``."""
+        name = f"{kind}_attention"
+        attention = self._attention(name, query_shape, value_shape, hidden, rotary)
+        setattr(self, name, attention)
+        setattr(self, f"{name}_norm", self._norm(f"{name}_norm", query_shape))
+        setattr(self, f"{name}_dropout", self._dropout(f"{name}_dropout"))
+
     def _norm(self, name, shape):
         layer = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name

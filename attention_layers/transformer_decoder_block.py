@@ -100,11 +100,7 @@ class TransformerDecoderBlock(_Block):
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         hidden = self._hidden_dim(decoder_sequence_shape, "decoder_sequence")
         shape = decoder_sequence_shape
-        self.self_attention = self._attention(
-            "self_attention", shape, shape, hidden, self.rotary
-        )
-        self.self_attention_norm = self._norm("self_attention_norm", shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self._build_attention("self", shape, shape, hidden, self.rotary)
         self.has_cross_attention = encoder_sequence_shape is not None
         if self.has_cross_attention:
             enc = static_shape(encoder_sequence_shape)
@@ -115,11 +111,7 @@ class TransformerDecoderBlock(_Block):
                     "a rank-3 tensor [batch, length, dim] with a known dim",
                     f"shape {enc}",
                 )
-            self.cross_attention = self._attention(
-                "cross_attention", shape, encoder_sequence_shape, hidden
-            )
-            self.cross_attention_norm = self._norm("cross_attention_norm", shape)
-            self.cross_attention_dropout = self._dropout("cross_attention_dropout")
+            self._build_attention("cross", shape, encoder_sequence_shape, hidden)
         self._build_feed_forward(shape, hidden)
 
     def call(

@@ -79,11 +79,7 @@ class TransformerEncoderBlock(_Block):
 
     def build(self, inputs_shape):
         hidden = self._hidden_dim(inputs_shape, "inputs")
-        self.self_attention = self._attention(
-            "self_attention", inputs_shape, inputs_shape, hidden, self.rotary
-        )
-        self.self_attention_norm = self._norm("self_attention_norm", inputs_shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self._build_attention("self", inputs_shape, inputs_shape, hidden, self.rotary)
         self._build_feed_forward(inputs_shape, hidden)
 
     def call(
