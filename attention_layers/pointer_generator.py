@@ -27,6 +27,7 @@ from keras import ops
 from attention_layers.base import (
     check_built_dim,
     check_mask_shape,
+    check_positive_int,
     concrete_value,
     input_error,
     linear,
@@ -315,15 +316,7 @@ class PointerGenerator(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if (
-            isinstance(vocab_size, bool)
-            or not isinstance(vocab_size, (int, np.integer))
-            or vocab_size < 1
-        ):
-            raise input_error(
-                self, "vocab_size", "a positive integer", repr(vocab_size)
-            )
-        self.vocab_size = int(vocab_size)
+        self.vocab_size = check_positive_int(self, "vocab_size", vocab_size)
         self.supports_masking = True  # the target mask of `logits` passes on
         self.gate_initializer = keras.initializers.get(gate_initializer)
         self.gate_bias_initializer = keras.initializers.get(gate_bias_initializer)
