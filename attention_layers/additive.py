@@ -5,7 +5,6 @@ import math
 import keras
 from keras import ops
 
-from attention_layers import masking
 from attention_layers.base import (
     ScoreAttention,
     apply_dense,
@@ -133,19 +132,15 @@ class BahdanauAttention(ScoreAttention):
     def build_score(self, query_shape, key_shape):
         # One initializer per weight: a shared one gives W1 == W2 when the
         # query and key sizes match (see `fresh_initializer`).
-        self.query_dense = keras.layers.Dense(
-            self.units,
-            use_bias=False,
-            kernel_initializer=fresh_initializer(self.kernel_initializer, 0),
-            dtype=self.dtype_policy,
-            name="W1",
-        )
-        self.key_dense = keras.layers.Dense(
-            self.units,
-            use_bias=False,
-            kernel_initializer=fresh_initializer(self.kernel_initializer, 1),
-            dtype=self.dtype_policy,
-            name="W2",
+        self.query_dense, self.key_dense = (
+            keras.layers.Dense(
+                self.units,
+                use_bias=False,
+                kernel_initializer=fresh_initializer(self.kernel_initializer, index),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+            for index, name in enumerate(("W1", "W2"))
         )
         self.query_dense.build(query_shape)
         self.key_dense.build(key_shape)
@@ -199,34 +194,22 @@ class BahdanauAttention(ScoreAttention):
         use_causal_mask=False,
         coverage=None,
     ):
-        if not self.use_coverage:
-            if coverage is not None:
-                raise self._error(
-                    "coverage",
-                    "None: this layer has no coverage term (make it with "
-                    "use_coverage=True)",
-                    f"a tensor of shape {static_shape(coverage.shape)}",
-                )
-            return super().call(
-                query,
-                value,
-                key=key,
-                query_mask=query_mask,
-                value_mask=value_mask,
-                attention_mask=attention_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-                use_causal_mask=use_causal_mask,
+        if coverage is not None and not self.use_coverage:
+            raise self._error(
+                "coverage",
+                "None: this layer has no coverage term (make it with "
+                "use_coverage=True)",
+                f"a tensor of shape {static_shape(coverage.shape)}",
             )
         inputs = self._prepare_inputs(
             query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
         )
-        coverage = self._prepare_coverage(coverage, inputs, query, value)
-        weights = masking.masked_softmax(
-            self.score(inputs.query, inputs.key, coverage=coverage), inputs.mask
-        )
-        weights = ops.cast(weights, self.compute_dtype)
-        context = self._weighted_sum(weights, inputs.value, training)
+        score_arguments = {}
+        if self.use_coverage:
+            score_arguments["coverage"] = self._prepare_coverage(
+                coverage, inputs, query, value
+            )
+        context, weights = self._attend(inputs, training, **score_arguments)
         return self._finish(inputs, context, weights, return_attention_scores)
 
     def _prepare_coverage(self, coverage, inputs, query, value):

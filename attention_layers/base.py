@@ -198,6 +198,19 @@ def check_mask_shape(layer, argument, mask, expected_shape):
         )
 
 
+def check_built_dim(layer, argument, x, built):
+    """Raise ``input_error`` unless the last dimension of ``x`` is ``built``,
+    the size the layer's weights were made for (unknown: no check)."""
+    dim = static_shape(x.shape)[-1]
+    if dim is not None and dim != built:
+        raise input_error(
+            layer,
+            argument,
+            f"last dimension {built} (as when the layer was built)",
+            f"shape {static_shape(x.shape)}",
+        )
+
+
 class AttentionInputs(NamedTuple):
     """The validated, rank-3 inputs of one attention call."""
 
@@ -351,7 +364,14 @@ class ScoreAttention(keras.layers.Layer):
         return self._finish(inputs, context, weights, return_attention_scores)
 
     def _prepare_inputs(
-        self, query, value, key, query_mask, value_mask, attention_mask, use_causal_mask
+        self,
+        query,
+        value,
+        key,
+        query_mask,
+        value_mask,
+        attention_mask=None,
+        use_causal_mask=False,
     ):
         """Validate, lift a rank-2 query to one step, scrub padding, merge masks.
 
@@ -400,14 +420,15 @@ class ScoreAttention(keras.layers.Layer):
         )
         return AttentionInputs(query, value, key, mask, value_mask, single_step)
 
-    def _attend(self, inputs, training=None):
+    def _attend(self, inputs, training=None, **score_arguments):
         """Return ``(context [B, Tq, Dv], weights [B, Tq, Tv])`` in the compute dtype.
 
-        The default is the global soft attention of every score function;
-        layers that attend differently (local windows, hard samples) override it.
+        The default is the global soft attention of every score function
+        (``score_arguments`` go to ``score``, e.g. a coverage); layers that
+        attend differently (local windows, hard samples) override it.
         """
         weights = masking.masked_softmax(
-            self.score(inputs.query, inputs.key), inputs.mask
+            self.score(inputs.query, inputs.key, **score_arguments), inputs.mask
         )
         weights = ops.cast(weights, self.compute_dtype)
         return self._weighted_sum(weights, inputs.value, training), weights

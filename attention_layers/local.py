@@ -13,7 +13,12 @@ from attention_layers.base import (
     renamed_argument,
     static_shape,
 )
-from attention_layers.luong import build_luong_score, luong_score
+from attention_layers.luong import (
+    build_luong_score,
+    luong_score,
+    luong_score_config,
+    set_luong_score_arguments,
+)
 
 MODES = ("monotonic", "predictive")
 SCORE_MODES = ("dot", "general", "concat")
@@ -134,14 +139,11 @@ class LocalAttention(ScoreAttention):
                 f"one of {SCORE_MODES} (the location score has no window)",
                 repr(score_mode),
             )
-        if score_mode not in SCORE_MODES:
-            raise self._error("score_mode", f"one of {SCORE_MODES}", repr(score_mode))
+        set_luong_score_arguments(
+            self, score_mode, SCORE_MODES, units, use_scale, kernel_initializer
+        )
         self.mode = mode
         self.window = window
-        self.score_mode = score_mode
-        self.units = check_positive_int(self, "units", units, allow_none=True)
-        self.use_scale = bool(use_scale)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     # -- weights ----------------------------------------------------------
     def check_score_shapes(self, query_shape, key_shape):
@@ -296,8 +298,5 @@ class LocalAttention(ScoreAttention):
             **super().get_config(),
             "mode": self.mode,
             "window": self.window,
-            "score_mode": self.score_mode,
-            "units": self.units,
-            "use_scale": self.use_scale,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            **luong_score_config(self),
         }

@@ -11,6 +11,39 @@ from attention_layers import masking
 from attention_layers.base import input_error
 
 
+def _function_error(function, argument, expected, received):
+    """The ``ValueError`` of a loss function, in the layers' format."""
+    return ValueError(
+        f"{function}: argument `{argument}` expected {expected}; received {received}."
+    )
+
+
+def _ranked(function, argument, x, axes):
+    """``x`` if its rank is that of ``[batch, *axes]``, else the
+    ``ValueError`` of ``function``."""
+    if len(x.shape) != len(axes) + 1:
+        raise _function_error(
+            function,
+            argument,
+            f"a rank-{len(axes) + 1} tensor [batch, {', '.join(axes)}]",
+            f"shape {tuple(x.shape)}",
+        )
+    return x
+
+
+def _float32(function, argument, x, axes):
+    """``x`` as a float32 tensor of rank ``len(axes) + 1`` (`_ranked`)."""
+    return _ranked(
+        function, argument, ops.cast(ops.convert_to_tensor(x), "float32"), axes
+    )
+
+
+def _bool_mask(function, argument, mask, axis):
+    """``mask`` as a bool ``[batch, axis]`` tensor (`_ranked`)."""
+    mask = masking.as_bool(ops.convert_to_tensor(mask))
+    return _ranked(function, argument, mask, (axis,))
+
+
 def coverage_loss(alignments, mask=None):
     """Per-example coverage loss ``mean_t sum_i min(a_i^t, c_i^t)``.
 
@@ -47,20 +80,11 @@ def coverage_loss(alignments, mask=None):
         Pointer-Generator Networks. ACL 2017, equations 12 and 13.
         https://arxiv.org/abs/1704.04368
     """
-    alignments = ops.cast(ops.convert_to_tensor(alignments), "float32")
-    if len(alignments.shape) != 3:
-        raise ValueError(
-            "coverage_loss: `alignments` must be a rank-3 tensor [batch, "
-            "target_length, source_length], received shape "
-            f"{tuple(alignments.shape)}."
-        )
+    alignments = _float32(
+        "coverage_loss", "alignments", alignments, ("target_length", "source_length")
+    )
     if mask is not None:
-        mask = masking.as_bool(ops.convert_to_tensor(mask))
-        if len(mask.shape) != 2:
-            raise ValueError(
-                "coverage_loss: `mask` must be a rank-2 tensor [batch, "
-                f"target_length], received shape {tuple(mask.shape)}."
-            )
+        mask = _bool_mask("coverage_loss", "mask", mask, "target_length")
         alignments = masking.zero_masked(alignments, mask)
     # Exclusive cumulative sum over the steps: the inclusive one shifted by
     # one step (not cumsum - a, whose rounding leaves small non-zeros).
@@ -263,23 +287,15 @@ def memory_supervision_loss(attention, supporting, hops=None):
         uses the supporting facts). https://arxiv.org/abs/1503.08895
     """
 
+    function = "memory_supervision_loss"
+
     def error(argument):
-        return lambda expected, received: ValueError(
-            f"memory_supervision_loss: argument `{argument}` expected {expected}; "
-            f"received {received}."
+        return lambda expected, received: _function_error(
+            function, argument, expected, received
         )
 
-    attention = ops.cast(ops.convert_to_tensor(attention), "float32")
-    if len(attention.shape) != 3:
-        raise error("attention")(
-            "a rank-3 tensor [batch, hops, memories]",
-            f"shape {tuple(attention.shape)}",
-        )
-    supporting = masking.as_bool(ops.convert_to_tensor(supporting))
-    if len(supporting.shape) != 2:
-        raise error("supporting")(
-            "a rank-2 tensor [batch, memories]", f"shape {tuple(supporting.shape)}"
-        )
+    attention = _float32(function, "attention", attention, ("hops", "memories"))
+    supporting = _bool_mask(function, "supporting", supporting, "memories")
     m_att, m_sup = attention.shape[2], supporting.shape[1]
     if isinstance(m_att, int) and isinstance(m_sup, int) and m_att != m_sup:
         raise error("supporting")(
@@ -426,37 +442,16 @@ def doubly_stochastic_loss(alignments, mask=None, memory_mask=None):
         https://arxiv.org/abs/1502.03044
     """
 
-    def error(argument, expected, received):
-        return ValueError(
-            f"doubly_stochastic_loss: argument `{argument}` expected {expected}; "
-            f"received {received}."
-        )
-
-    alignments = ops.cast(ops.convert_to_tensor(alignments), "float32")
-    if len(alignments.shape) != 3:
-        raise error(
-            "alignments",
-            "a rank-3 tensor [batch, target_length, memory_length]",
-            f"shape {tuple(alignments.shape)}",
-        )
+    function = "doubly_stochastic_loss"
+    alignments = _float32(
+        function, "alignments", alignments, ("target_length", "memory_length")
+    )
     if mask is not None:
-        mask = masking.as_bool(ops.convert_to_tensor(mask))
-        if len(mask.shape) != 2:
-            raise error(
-                "mask",
-                "a rank-2 tensor [batch, target_length]",
-                f"shape {tuple(mask.shape)}",
-            )
+        mask = _bool_mask(function, "mask", mask, "target_length")
         alignments = masking.zero_masked(alignments, mask)
     per_position = ops.square(1.0 - ops.sum(alignments, axis=1))  # [B, L]
     if memory_mask is not None:
-        memory_mask = masking.as_bool(ops.convert_to_tensor(memory_mask))
-        if len(memory_mask.shape) != 2:
-            raise error(
-                "memory_mask",
-                "a rank-2 tensor [batch, memory_length]",
-                f"shape {tuple(memory_mask.shape)}",
-            )
+        memory_mask = _bool_mask(function, "memory_mask", memory_mask, "memory_length")
         per_position = ops.where(memory_mask, per_position, 0.0)
     return ops.sum(per_position, axis=-1)
 
@@ -479,10 +474,8 @@ class DoublyStochasticLoss(_AlignmentLoss):
         **kwargs: base layer arguments (``name``, ``dtype``).
 
     Call arguments:
-        alignments: ``[B, T, L]``, the attention weights of every step.
-        mask: optional ``[B, T]``, True on real decoder steps (the target
-            padding). Keras fills it from a mask the alignments carry; those
-            of `AttentionDecoder` carry none, so pass the target mask.
+        alignments, mask: as in `CoverageLoss`, with ``alignments``
+            ``[B, T, L]`` over the ``L`` encoder positions.
 
     Returns:
         ``alignments``, unchanged.
@@ -491,8 +484,8 @@ class DoublyStochasticLoss(_AlignmentLoss):
 
     >>> import keras, numpy as np
     >>> import attention_layers as al
-    >>> target = keras.Input((4, 5))
     >>> grid = keras.Input((6, 8))  # a 2x3 feature grid, flattened
+    >>> target = keras.Input((4, 5))
     >>> cell = al.AttentionRNNCell(keras.layers.GRUCell(8),
     ...     al.BahdanauAttention(units=4), output_units=8, context_gate=True)
     >>> outputs, alignments = al.AttentionDecoder(cell)(

@@ -17,6 +17,30 @@ from attention_layers.base import (
 SCORE_MODES = ("dot", "general", "concat", "location")
 
 
+def set_luong_score_arguments(
+    layer, score_mode, score_modes, units, use_scale, kernel_initializer
+):
+    """Check the score arguments of a Luong layer (global or local) and keep
+    them on ``layer``: ``score_mode`` (one of ``score_modes``), ``units``,
+    ``use_scale`` and ``kernel_initializer``."""
+    if score_mode not in score_modes:
+        raise layer._error("score_mode", f"one of {score_modes}", repr(score_mode))
+    layer.score_mode = score_mode
+    layer.units = check_positive_int(layer, "units", units, allow_none=True)
+    layer.use_scale = bool(use_scale)
+    layer.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+
+def luong_score_config(layer):
+    """The config entries of the arguments `set_luong_score_arguments` keeps."""
+    return {
+        "score_mode": layer.score_mode,
+        "units": layer.units,
+        "use_scale": layer.use_scale,
+        "kernel_initializer": keras.initializers.serialize(layer.kernel_initializer),
+    }
+
+
 def build_luong_score(layer, query_shape, key_shape):
     """Create the weights of ``layer.score_mode`` (``"dot"``, ``"general"`` or
     ``"concat"``; none for others) and the scale ``g``, on ``layer``.
@@ -148,8 +172,9 @@ class LuongAttention(ScoreAttention):
     ):
         use_scale = renamed_argument(self, kwargs, "scale", "use_scale", use_scale)
         super().__init__(dropout=dropout, seed=seed, **kwargs)
-        if score_mode not in SCORE_MODES:
-            raise self._error("score_mode", f"one of {SCORE_MODES}", repr(score_mode))
+        set_luong_score_arguments(
+            self, score_mode, SCORE_MODES, units, use_scale, kernel_initializer
+        )
         if score_mode == "location":
             check_positive_int(
                 self,
@@ -157,11 +182,7 @@ class LuongAttention(ScoreAttention):
                 max_value_length,
                 meaning='with score_mode="location"',
             )
-        self.score_mode = score_mode
-        self.units = check_positive_int(self, "units", units, allow_none=True)
         self.max_value_length = max_value_length
-        self.use_scale = bool(use_scale)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def check_score_shapes(self, query_shape, key_shape):
         if self.score_mode == "dot":
@@ -200,9 +221,6 @@ class LuongAttention(ScoreAttention):
     def get_config(self):
         return {
             **super().get_config(),
-            "score_mode": self.score_mode,
-            "units": self.units,
+            **luong_score_config(self),
             "max_value_length": self.max_value_length,
-            "use_scale": self.use_scale,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         }

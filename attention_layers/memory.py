@@ -355,19 +355,7 @@ class MemoryNetwork(keras.layers.Layer):
             )
         adjacent = self.weight_tying == "adjacent"
         names = [str(i) for i in range(self.hops + 1)] if adjacent else ["a", "c"]
-        self.embeddings = []
-        for i, name in enumerate(names):
-            table = keras.layers.Embedding(
-                self.vocab_size,
-                self.embed_dim,
-                embeddings_initializer=fresh_initializer(
-                    self.embeddings_initializer, i
-                ),
-                dtype=self.dtype_policy,
-                name=f"embedding_{name}",
-            )
-            table.build((None,))
-            self.embeddings.append(table)
+        self.embeddings = [self._embedding(name, i) for i, name in enumerate(names)]
         self.temporal = []
         if self.temporal_encoding:
             for i, name in enumerate(names):
@@ -381,55 +369,50 @@ class MemoryNetwork(keras.layers.Layer):
                     )
                 )
         if self.readout_units:
-            self._build_readout()
+            # Seed index 2 and up: hop_map and answer take 0 and 1.
+            self.readout_hidden = self._dense(
+                "readout_hidden", self.readout_units, 2, activation="relu"
+            )
+            self.readout_output = self._dense(
+                "readout_output",
+                self.embed_dim,
+                input_dim=self.readout_units,
+                use_bias=False,
+                kernel_initializer="zeros",
+            )
         if adjacent:
             self.question_embedding = self.embeddings[0]  # B = A^1
             return
-        self.question_embedding = keras.layers.Embedding(
+        self.question_embedding = self._embedding("b", 2 * len(names))
+        self.hop_map = self._dense("hop_map", self.embed_dim, 0, use_bias=False)
+        self.answer = self._dense("answer", self.vocab_size, 1, use_bias=False)
+
+    def _embedding(self, name, seed_index):
+        """A built word table ``embedding_{name}``, its initializer's copy
+        ``seed_index`` (`fresh_initializer`)."""
+        table = keras.layers.Embedding(
             self.vocab_size,
             self.embed_dim,
             embeddings_initializer=fresh_initializer(
-                self.embeddings_initializer, 2 * len(names)
+                self.embeddings_initializer, seed_index
             ),
             dtype=self.dtype_policy,
-            name="embedding_b",
+            name=f"embedding_{name}",
         )
-        self.question_embedding.build((None,))
-        self.hop_map = keras.layers.Dense(
-            self.embed_dim,
-            use_bias=False,
-            kernel_initializer=fresh_initializer(self.kernel_initializer, 0),
-            dtype=self.dtype_policy,
-            name="hop_map",
-        )
-        self.hop_map.build((None, self.embed_dim))
-        self.answer = keras.layers.Dense(
-            self.vocab_size,
-            use_bias=False,
-            kernel_initializer=fresh_initializer(self.kernel_initializer, 1),
-            dtype=self.dtype_policy,
-            name="answer",
-        )
-        self.answer.build((None, self.embed_dim))
+        table.build((None,))
+        return table
 
-    def _build_readout(self):
-        # Seed index 2 and up: hop_map and answer take 0 and 1.
-        self.readout_hidden = keras.layers.Dense(
-            self.readout_units,
-            activation="relu",
-            kernel_initializer=fresh_initializer(self.kernel_initializer, 2),
-            dtype=self.dtype_policy,
-            name="readout_hidden",
-        )
-        self.readout_hidden.build((None, self.embed_dim))
-        self.readout_output = keras.layers.Dense(
-            self.embed_dim,
-            use_bias=False,
-            kernel_initializer="zeros",
-            dtype=self.dtype_policy,
-            name="readout_output",
-        )
-        self.readout_output.build((None, self.readout_units))
+    def _dense(self, name, units, seed_index=None, input_dim=None, **kwargs):
+        """A ``Dense`` layer built on ``[B, input_dim]`` (default ``embed_dim``);
+        its kernel initializer is the copy ``seed_index`` of
+        ``kernel_initializer`` (`fresh_initializer`) unless ``kwargs`` name one."""
+        if seed_index is not None:
+            kwargs["kernel_initializer"] = fresh_initializer(
+                self.kernel_initializer, seed_index
+            )
+        layer = keras.layers.Dense(units, dtype=self.dtype_policy, name=name, **kwargs)
+        layer.build((None, input_dim or self.embed_dim))
+        return layer
 
     def _check_shapes(self, story_shape, question_shape):
         story, question = static_shape(story_shape), static_shape(question_shape)
@@ -447,27 +430,20 @@ class MemoryNetwork(keras.layers.Layer):
                 "a rank-2 tensor [batch, words] of word ids",
                 f"shape {question}",
             )
-        if story[1] is not None and story[1] > self.max_memories:
-            raise input_error(
-                self,
-                "story",
-                f"at most max_memories={self.max_memories} memories (axis 1)",
-                f"shape {story}",
-            )
-        if story[2] is not None and story[2] > self.max_words:
-            raise input_error(
-                self,
-                "story",
-                f"at most max_words={self.max_words} words (axis 2)",
-                f"shape {story}",
-            )
-        if question[1] is not None and question[1] > self.max_words:
-            raise input_error(
-                self,
-                "question",
-                f"at most max_words={self.max_words} words (axis 1)",
-                f"shape {question}",
-            )
+        limits = (
+            ("story", story, 1, "max_memories", "memories"),
+            ("story", story, 2, "max_words", "words"),
+            ("question", question, 1, "max_words", "words"),
+        )
+        for argument, shape, axis, limit, what in limits:
+            most = getattr(self, limit)
+            if shape[axis] is not None and shape[axis] > most:
+                raise input_error(
+                    self,
+                    argument,
+                    f"at most {limit}={most} {what} (axis {axis})",
+                    f"shape {shape}",
+                )
         if None not in (story[0], question[0]) and story[0] != question[0]:
             raise input_error(
                 self,

@@ -25,7 +25,9 @@ import numpy as np
 from keras import ops
 
 from attention_layers.base import (
+    check_built_dim,
     check_mask_shape,
+    check_positive_int,
     concrete_value,
     input_error,
     linear,
@@ -314,15 +316,7 @@ class PointerGenerator(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if (
-            isinstance(vocab_size, bool)
-            or not isinstance(vocab_size, (int, np.integer))
-            or vocab_size < 1
-        ):
-            raise input_error(
-                self, "vocab_size", "a positive integer", repr(vocab_size)
-            )
-        self.vocab_size = int(vocab_size)
+        self.vocab_size = check_positive_int(self, "vocab_size", vocab_size)
         self.supports_masking = True  # the target mask of `logits` passes on
         self.gate_initializer = keras.initializers.get(gate_initializer)
         self.gate_bias_initializer = keras.initializers.get(gate_bias_initializer)
@@ -509,15 +503,7 @@ class PointerGenerator(keras.layers.Layer):
         self._check_dtypes(logits, attention, source_ids, gate_inputs)
         batch, length = static_shape(source_ids.shape)
         check_mask_shape(self, "source_mask", source_mask, (batch, length))
-        features = static_shape(gate_inputs.shape)[-1]
-        built_features = self.gate.kernel.shape[0]
-        if features is not None and features != built_features:
-            raise input_error(
-                self,
-                "gate_inputs",
-                f"last dimension {built_features} (as when the layer was built)",
-                f"shape {static_shape(gate_inputs.shape)}",
-            )
+        check_built_dim(self, "gate_inputs", gate_inputs, self.gate.kernel.shape[0])
 
     def _source_ids(self, source_ids, source_mask, mask):
         """int32 extended ids in range: masked positions point at entry 0

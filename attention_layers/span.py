@@ -18,6 +18,7 @@ from keras import ops
 from attention_layers import masking
 from attention_layers.base import (
     ScoreAttention,
+    check_built_dim,
     check_float,
     check_mask_shape,
     fresh_initializer,
@@ -194,9 +195,7 @@ class BidirectionalAttentionFlow(ScoreAttention):
         return_attention_scores=False,
         training=None,
     ):
-        inputs = self._prepare_inputs(
-            query, value, None, query_mask, value_mask, None, False
-        )
+        inputs = self._prepare_inputs(query, value, None, query_mask, value_mask)
         mask = inputs.mask  # [B, T, J]: passage word t and question word j exist
         scores = self.score(inputs.query, inputs.key)
         c2q = masking.masked_softmax(scores, mask)
@@ -314,23 +313,17 @@ class SpanPointer(keras.layers.Layer):
 
     def _check_shapes(self, inputs_shape, end_inputs_shape):
         inputs = static_shape(inputs_shape)
-        if len(inputs) != 3:
-            raise input_error(
-                self,
-                "inputs",
-                "a rank-3 tensor [batch, length, features]",
-                f"shape {inputs}",
-            )
-        if end_inputs_shape is None:
+        end = None if end_inputs_shape is None else static_shape(end_inputs_shape)
+        for name, shape in (("inputs", inputs), ("end_inputs", end)):
+            if shape is not None and len(shape) != 3:
+                raise input_error(
+                    self,
+                    name,
+                    "a rank-3 tensor [batch, length, features]",
+                    f"shape {shape}",
+                )
+        if end is None:
             return
-        end = static_shape(end_inputs_shape)
-        if len(end) != 3:
-            raise input_error(
-                self,
-                "end_inputs",
-                "a rank-3 tensor [batch, length, features]",
-                f"shape {end}",
-            )
         for axis, what in ((0, "batch size"), (1, "length")):
             if None not in (inputs[axis], end[axis]) and inputs[axis] != end[axis]:
                 raise input_error(
@@ -339,16 +332,6 @@ class SpanPointer(keras.layers.Layer):
                     f"the {what} of inputs ({inputs[axis]})",
                     f"shape {end}",
                 )
-
-    def _check_built_features(self, name, x, kernel):
-        features = static_shape(x.shape)[-1]
-        if features is not None and features != kernel.shape[0]:
-            raise input_error(
-                self,
-                name,
-                f"last dimension {kernel.shape[0]} (as when the layer was built)",
-                f"shape {static_shape(x.shape)}",
-            )
 
     def call(self, inputs, end_inputs=None, mask=None, inputs_mask=None):
         self._check_shapes(
@@ -361,8 +344,8 @@ class SpanPointer(keras.layers.Layer):
         batch, length = static_shape(inputs.shape)[:2]
         check_mask_shape(self, "mask", mask, (batch, length))
         end_inputs = inputs if end_inputs is None else end_inputs
-        self._check_built_features("inputs", inputs, self.start_kernel)
-        self._check_built_features("end_inputs", end_inputs, self.end_kernel)
+        check_built_dim(self, "inputs", inputs, self.start_kernel.shape[0])
+        check_built_dim(self, "end_inputs", end_inputs, self.end_kernel.shape[0])
 
         logits = []
         for x, kernel in ((inputs, self.start_kernel), (end_inputs, self.end_kernel)):

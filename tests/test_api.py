@@ -48,6 +48,28 @@ def test_public_names():
         assert hasattr(attention_layers, name), name
 
 
+def test_split_modules_keep_their_import_paths():
+    """Classes moved to modules of their own stay importable from the old ones."""
+    import importlib
+
+    moved = {
+        "attention_layers.transformer": [
+            "TransformerDecoderBlock",
+            "TransformerEncoderBlock",
+        ],
+        "attention_layers.recurrent": ["AttentionDecoder", "AttentionRNNCell"],
+        "attention_layers.memory": [
+            "MemoryNetwork",
+            "position_encoding",
+            "temporal_weights",
+        ],
+    }
+    for module, names in moved.items():
+        for name in names:
+            found = getattr(importlib.import_module(module), name)
+            assert found is getattr(attention_layers, name, found), (module, name)
+
+
 def test_no_tensorflow_only_imports():
     """The layers stay backend-agnostic: no tf.data, tf.distribute or tf-text."""
     import pathlib
