@@ -27,6 +27,7 @@ interface.
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -97,6 +98,18 @@ def saved_or_learned(
     if create and paths is not None:
         save(preprocessors, *paths)
     return preprocessors
+
+
+def forward(module: str, function: str) -> Callable[..., Any]:
+    """A `Task` method that calls ``function`` of ``module`` with its
+    arguments, importing the module at the call: a task's heavy modules load
+    only for the verbs that use them."""
+
+    def method(self, *args, **kwargs):
+        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+    method.__doc__ = f"`{module}.{function}`."
+    return method
 
 
 class Task(abc.ABC):

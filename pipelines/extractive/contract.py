@@ -3,26 +3,19 @@
 
 from __future__ import annotations
 
-from pipelines.core.contract_cases import (
-    BadRequest,
-    ContractCases,
-    blank_input_cases,
-    paired_feed,
-    string_input_cases,
-    strings,
-)
+from pipelines.core import contract_cases as cases
 from pipelines.extractive.client import split_input
 from pipelines.extractive.data import samples_for
 
 
-class ExtractiveContract(ContractCases):
+class ExtractiveContract(cases.ContractCases):
     main_inputs = ("context", "question")
 
     def requests(self, config) -> list[dict]:
         pairs = [split_input(text) for text in samples_for(config)]
-        return [paired_feed(self.main_inputs, pairs)]
+        return [cases.paired_feed(self.main_inputs, pairs)]
 
-    def bad_requests(self, config) -> list[BadRequest]:
+    def bad_requests(self, config) -> list[cases.BadRequest]:
         context, question = split_input(samples_for(config)[0])
         samples = {"context": context, "question": question}
 
@@ -51,16 +44,16 @@ class ExtractiveContract(ContractCases):
 
         many = " ".join([context] * (config.tokenizer.max_context_tokens // 4 + 1))
         return [
-            *blank_input_cases(samples, unanswered),
-            BadRequest(
+            *cases.blank_input_cases(samples, unanswered),
+            cases.BadRequest(
                 "no passage has a word",
-                {"context": strings(""), "question": strings(question)},
+                {"context": cases.strings(""), "question": cases.strings(question)},
                 check=no_words,
             ),
-            BadRequest(
+            cases.BadRequest(
                 "context longer than the model reads",
-                {"context": strings(many), "question": strings(question)},
+                {"context": cases.strings(many), "question": cases.strings(question)},
                 check=long_passage,
             ),
-            *string_input_cases(samples, empty_batch),
+            *cases.string_input_cases(samples, empty_batch),
         ]

@@ -5,28 +5,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.contract_cases import (
-    BadRequest,
-    ContractCases,
-    blank_input_cases,
-    paired_feed,
-    string_input_cases,
-    strings,
-)
+from pipelines.core import contract_cases as cases
 from pipelines.qa.client import split_input
 from pipelines.qa.data import samples_for
 
 
-class QAContract(ContractCases):
+class QAContract(cases.ContractCases):
     main_inputs = ("story", "question")
 
     def requests(self, config) -> list[dict]:
         pairs = [split_input(text) for text in samples_for(config)]
         # Each story on one line too: the graph splits its sentences.
         flat = [(s.replace("\n", " "), q) for s, q in pairs]
-        return [paired_feed(self.main_inputs, p) for p in (pairs, flat)]
+        return [cases.paired_feed(self.main_inputs, p) for p in (pairs, flat)]
 
-    def bad_requests(self, config) -> list[BadRequest]:
+    def bad_requests(self, config) -> list[cases.BadRequest]:
         from pipelines.qa.serving import attention_rows
 
         story, question = split_input(samples_for(config)[0])
@@ -57,11 +50,11 @@ class QAContract(ContractCases):
             lines[i % len(lines)] for i in range(config.model.max_memories + 5)
         )
         return [
-            *blank_input_cases(samples, unanswered),
-            BadRequest(
+            *cases.blank_input_cases(samples, unanswered),
+            cases.BadRequest(
                 "story longer than the memory",
-                {"story": strings(many), "question": strings(question)},
+                {"story": cases.strings(many), "question": cases.strings(question)},
                 check=long_story,
             ),
-            *string_input_cases(samples, empty_batch),
+            *cases.string_input_cases(samples, empty_batch),
         ]

@@ -5,30 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.contract_cases import (
-    BadRequest,
-    ContractCases,
-    search_option_cases,
-    search_requests,
-    string_input_cases,
-    strings,
-)
+from pipelines.core import contract_cases as cases
 from pipelines.summarization.serving import samples_for
 
 
-class SummarizationContract(ContractCases):
+class SummarizationContract(cases.ContractCases):
     main_inputs = ("text",)
     source_format = "tsv"
 
     def requests(self, config) -> list[dict]:
-        return search_requests(
-            {"text": strings(*samples_for(config))},
+        return cases.search_requests(
+            {"text": cases.strings(*samples_for(config))},
             config.decode.beam_width,
             length_penalty=np.float32(1.0),
             min_length=np.int32(config.tokenizer.max_target_tokens),
         )
 
-    def bad_requests(self, config) -> list[BadRequest]:
+    def bad_requests(self, config) -> list[cases.BadRequest]:
         text = samples_for(config)[0]
         longest = config.tokenizer.max_target_tokens
 
@@ -43,20 +36,26 @@ class SummarizationContract(ContractCases):
             assert out["score"].shape == (0,) and out["p_gen"].shape[0] == 0
 
         def options(**values):
-            return {"text": strings(text), **values}
+            return {"text": cases.strings(text), **values}
 
         shortest = "serving input `min_length`"
         return [
-            *search_option_cases({"text": strings(text)}, config.decode.beam_width),
-            BadRequest("min length -1", options(min_length=np.int32(-1)), shortest),
-            BadRequest(
+            *cases.search_option_cases(
+                {"text": cases.strings(text)}, config.decode.beam_width
+            ),
+            cases.BadRequest(
+                "min length -1", options(min_length=np.int32(-1)), shortest
+            ),
+            cases.BadRequest(
                 "min length too long",
                 options(min_length=np.int32(longest + 1)),
                 shortest,
             ),
-            BadRequest(
-                "empty string", {"text": strings("", text)}, check=empty_summary
+            cases.BadRequest(
+                "empty string", {"text": cases.strings("", text)}, check=empty_summary
             ),
-            BadRequest("spaces", {"text": strings("  \t ", text)}, check=empty_summary),
-            *string_input_cases({"text": text}, empty_batch),
+            cases.BadRequest(
+                "spaces", {"text": cases.strings("  \t ", text)}, check=empty_summary
+            ),
+            *cases.string_input_cases({"text": text}, empty_batch),
         ]

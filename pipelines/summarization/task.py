@@ -12,7 +12,7 @@ attention and ``p_gen``.
 from __future__ import annotations
 
 from pipelines.core.errors import PipelineError
-from pipelines.core.task import Data, Task, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned
 from pipelines.summarization import config as summarization_config
 from pipelines.summarization.client import SummarizationClient
 from pipelines.summarization.contract import SummarizationContract
@@ -34,10 +34,7 @@ class SummarizationTask(Task):
         return summarization_config.PRESETS
 
     # -- data ---------------------------------------------------------------
-    def load_data(self, config) -> Data:
-        from pipelines.summarization.data import load_data
-
-        return load_data(config)
+    load_data = forward("pipelines.summarization.data", "load_data")
 
     def preprocessors(self, run, data, config, create):
         from pipelines.core.text import WordTokenizer, load_tokenizer
@@ -76,10 +73,7 @@ class SummarizationTask(Task):
             )
         return "\n".join(lines)
 
-    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
-        from pipelines.summarization.data import make_dataset
-
-        return make_dataset(examples, preprocessors, config, training, replicas)
+    make_dataset = forward("pipelines.summarization.data", "make_dataset")
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
@@ -166,10 +160,7 @@ class SummarizationTask(Task):
 
         return Summarizer(model, preprocessors, config)
 
-    def samples(self, config) -> list[str]:
-        from pipelines.summarization.serving import samples_for
-
-        return samples_for(config)
+    samples = forward("pipelines.summarization.serving", "samples_for")
 
 
 TASK = SummarizationTask()

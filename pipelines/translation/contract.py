@@ -5,29 +5,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.contract_cases import (
-    BadRequest,
-    ContractCases,
-    search_option_cases,
-    search_requests,
-    string_input_cases,
-    strings,
-)
+from pipelines.core import contract_cases as cases
 from pipelines.translation.serving import samples_for
 
 
-class TranslationContract(ContractCases):
+class TranslationContract(cases.ContractCases):
     main_inputs = ("source",)
     source_format = "tsv"
 
     def requests(self, config) -> list[dict]:
-        return search_requests(
-            {"source": strings(*samples_for(config))},
+        return cases.search_requests(
+            {"source": cases.strings(*samples_for(config))},
             config.decode.beam_width,
             length_penalty=np.float32(0.5),
         )
 
-    def bad_requests(self, config) -> list[BadRequest]:
+    def bad_requests(self, config) -> list[cases.BadRequest]:
         text = samples_for(config)[0]
 
         def empty_translation(out):
@@ -40,9 +33,13 @@ class TranslationContract(ContractCases):
             assert out["score"].shape == (0,)
 
         return [
-            *search_option_cases({"source": strings(text)}, config.decode.beam_width),
-            BadRequest(
-                "empty string", {"source": strings("", text)}, check=empty_translation
+            *cases.search_option_cases(
+                {"source": cases.strings(text)}, config.decode.beam_width
             ),
-            *string_input_cases({"source": text}, empty_batch),
+            cases.BadRequest(
+                "empty string",
+                {"source": cases.strings("", text)},
+                check=empty_translation,
+            ),
+            *cases.string_input_cases({"source": text}, empty_batch),
         ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pipelines.core.task import Data, Task, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned
 from pipelines.translation import config as translation_config
 from pipelines.translation.client import TranslationClient
 from pipelines.translation.contract import TranslationContract
@@ -44,10 +44,7 @@ class TranslationTask(Task):
         return translation_config.PRESETS
 
     # -- data ---------------------------------------------------------------
-    def load_data(self, config) -> Data:
-        from pipelines.translation.data import load_data
-
-        return load_data(config)
+    load_data = forward("pipelines.translation.data", "load_data")
 
     def preprocessors(self, run, data, config, create) -> Tokenizers:
         from pipelines.core.text import learn_tokenizer, load_tokenizer
@@ -94,10 +91,7 @@ class TranslationTask(Task):
             )
         return "\n".join(lines)
 
-    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
-        from pipelines.translation.data import make_dataset
-
-        return make_dataset(examples, preprocessors, config, training, replicas)
+    make_dataset = forward("pipelines.translation.data", "make_dataset")
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
@@ -138,10 +132,7 @@ class TranslationTask(Task):
 
         return Translator(model, preprocessors.source, preprocessors.target, config)
 
-    def samples(self, config) -> list[str]:
-        from pipelines.translation.serving import samples_for
-
-        return samples_for(config)
+    samples = forward("pipelines.translation.serving", "samples_for")
 
 
 TASK = TranslationTask()
