@@ -41,7 +41,7 @@ class CaptionServer(ServingModule):
         self.image = config.image
         self.grid = model.grid
         self.max_length = config.tokenizer.max_words + 1  # + [END]
-        self.max_beams = config.decode.beam_width
+        self.max_beam_width = config.decode.beam_width
         self.default_beam_width = config.decode.default_beam_width
         self.default_length_penalty = config.decode.length_penalty
         self.jit_compile = config.export.jit_compile
@@ -50,7 +50,7 @@ class CaptionServer(ServingModule):
             self.compiled_search = xla(self.search)
 
     def checked_options(self, beam_width, length_penalty):
-        return checked_search_options(beam_width, length_penalty, self.max_beams)
+        return checked_search_options(beam_width, length_penalty, self.max_beam_width)
 
     def search(self, images, beam_width, length_penalty) -> dict:
         """Token ids, scores, lengths and alignments ``[B, T, H' * W']`` of
@@ -58,7 +58,7 @@ class CaptionServer(ServingModule):
         rows = tf.shape(images)[0]
         return best_hypothesis(
             self.model, self.encode(images), rows,
-            self.max_length, self.max_beams, beam_width, length_penalty,
+            self.max_length, self.max_beam_width, beam_width, length_penalty,
         )  # fmt: skip
 
     def encode(self, images):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from pipelines.core.search import checked_search_options
 from pipelines.core.serving import ServingModule, checked_scalar, checked_strings
 from pipelines.core.text import PAD
 from pipelines.summarization.decode import summarize
@@ -55,7 +56,7 @@ class Summarizer(ServingModule):
         self.tokenizer = tokenizer
         self.max_source = config.tokenizer.max_source_tokens
         self.max_length = config.tokenizer.max_target_tokens + 1  # + [END]
-        self.max_beams = config.decode.beam_width
+        self.max_beam_width = config.decode.beam_width
         self.default_beam_width = config.decode.default_beam_width
         self.default_length_penalty = config.decode.length_penalty
         self.default_min_length = config.decode.min_length
@@ -63,8 +64,7 @@ class Summarizer(ServingModule):
 
     def checked_options(self, beam_width, length_penalty, min_length):
         return (
-            checked_scalar("beam_width", beam_width, tf.int32, 1, self.max_beams),
-            checked_scalar("length_penalty", length_penalty, tf.float32, 0.0),
+            *checked_search_options(beam_width, length_penalty, self.max_beam_width),
             checked_scalar("min_length", min_length, tf.int32, 0, self.max_length - 1),
         )
 
@@ -86,8 +86,8 @@ class Summarizer(ServingModule):
             strings,
             max_source_tokens=self.max_source,
             max_length=self.max_length,
-            beam_width=self.max_beams,
-            num_beams=beam_width,
+            max_beam_width=self.max_beam_width,
+            beam_width=beam_width,
             length_penalty=length_penalty,
             min_length=min_length,
         )

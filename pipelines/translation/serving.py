@@ -50,7 +50,7 @@ class Translator(ServingModule):
         self.target_tokenizer = target_tokenizer
         self.max_source = config.tokenizer.max_source_tokens
         self.max_length = config.tokenizer.max_target_tokens + 1  # + [END]
-        self.max_beams = config.decode.beam_width
+        self.max_beam_width = config.decode.beam_width
         self.default_beam_width = config.decode.default_beam_width
         self.default_length_penalty = config.decode.length_penalty
         self.samples = samples_for(config)
@@ -70,7 +70,7 @@ class Translator(ServingModule):
         return ids, lengths
 
     def checked_options(self, beam_width, length_penalty):
-        return checked_search_options(beam_width, length_penalty, self.max_beams)
+        return checked_search_options(beam_width, length_penalty, self.max_beam_width)
 
     def decode_ids(self, source_ids, beam_width, length_penalty) -> dict:
         """Token ids, scores, lengths and alignments of the best hypothesis.
@@ -82,7 +82,7 @@ class Translator(ServingModule):
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         out = best_hypothesis(
             self.model, self.model.encode(source_ids), tf.shape(source_ids)[0],
-            self.max_length, self.max_beams, beam_width, length_penalty,
+            self.max_length, self.max_beam_width, beam_width, length_penalty,
             source_length=tf.shape(source_ids)[1],
         )  # fmt: skip
         # A source with no tokens has nothing to translate: a defined result.

@@ -166,7 +166,7 @@ def test_a_saved_model_writes_copied_words_as_the_source_strings(
         def serve(self, text, num_beams):
             return summarize(
                 model, tok, text, max_source_tokens=6, max_length=4,
-                beam_width=3, num_beams=num_beams, min_length=1,
+                max_beam_width=3, beam_width=num_beams, min_length=1,
             )  # fmt: skip
 
     module = Summarizer(model.trainer, name="summarizer")
