@@ -158,11 +158,7 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     """
     import tensorflow as tf
 
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
+    from pipelines.core.datasets import example_order, length_batches
 
     if not examples:
         raise PipelineError("data: no questions to batch.")
@@ -181,10 +177,7 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     start = tf.constant(encoded["start"][keep])
     end = tf.constant(encoded["end"][keep])
     lengths = context.row_lengths().numpy()
-    if training:
-        order = training_order(len(keep), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(keep))
+    order = example_order(len(keep), config, training)
     data = order.map(
         lambda i: (context[i], match[i], question[i], start[i], end[i]),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -194,15 +187,14 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     def static_shapes(bound):
         return (tf.stack([bound]), tf.stack([bound]), [t.max_question_tokens], [], [])
 
-    data = bucket_batches(
+    data = length_batches(
         data,
         np.maximum(lengths, 1),
-        bucket_boundaries(t.max_context_tokens, minimum=16),
-        config.train.batch_size,
         t.max_context_tokens,
-        replicas=replicas,
-        static=config.train.jit_compile,
-        static_shapes=static_shapes,
+        config,
+        replicas,
+        static_shapes,
+        minimum=16,
     )
 
     def as_features(context, match, question, start, end):

@@ -176,11 +176,7 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
     import tensorflow as tf
 
     import attention_layers as al
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
+    from pipelines.core.datasets import example_order, length_batches
     from pipelines.core.text import END, PAD, START, UNK
 
     tok = config.tokenizer
@@ -195,10 +191,7 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
     source_keys = tf.ragged.map_flat_values(tokenizer.keys, source_words)
     target_keys = tf.ragged.map_flat_values(tokenizer.keys, target_words)
     lengths = source.row_lengths().numpy()
-    if training:
-        order = training_order(len(pairs), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(pairs))
+    order = example_order(len(pairs), config, training)
 
     def example(i):
         s, keys, t = source[i][None], source_keys[i][None], target[i][None]
@@ -219,16 +212,14 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
     def static_shapes(bound):
         return (tf.stack([bound]), tf.stack([bound]), [target_length], [target_length])
 
-    data = bucket_batches(
+    data = length_batches(
         data,
         lengths,
-        bucket_boundaries(tok.max_source_tokens),
-        config.train.batch_size,
         tok.max_source_tokens,
-        replicas=replicas,
+        config,
+        replicas,
+        static_shapes,
         padding_value=PAD,
-        static=config.train.jit_compile,
-        static_shapes=static_shapes,
     )
 
     def as_features(source, source_ext, target_in, target_out):

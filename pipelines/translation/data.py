@@ -97,11 +97,7 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
     """
     import tensorflow as tf
 
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
+    from pipelines.core.datasets import example_order, length_batches
     from pipelines.core.text import END, PAD, START
 
     tok = config.tokenizer
@@ -112,10 +108,7 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
         tokenizers.target, [t for _, t in pairs], tok.max_target_tokens
     )
     lengths = source.row_lengths().numpy()
-    if training:
-        order = training_order(len(pairs), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(pairs))
+    order = example_order(len(pairs), config, training)
 
     def add_markers(i):
         s, t = source[i], target[i]
@@ -127,16 +120,14 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
     def static_shapes(bound):
         return (tf.stack([bound]), [target_length], [target_length])
 
-    data = bucket_batches(
+    data = length_batches(
         data,
         lengths,
-        bucket_boundaries(tok.max_source_tokens),
-        config.train.batch_size,
         tok.max_source_tokens,
-        replicas=replicas,
+        config,
+        replicas,
+        static_shapes,
         padding_value=PAD,
-        static=config.train.jit_compile,
-        static_shapes=static_shapes,
         full_batches=training and replicas == 1,
     )
 
