@@ -234,6 +234,40 @@ def length_batches(
     )
 
 
+def teacher_forcing_batches(
+    data: tf.data.Dataset,
+    lengths: Sequence[int],
+    config,
+    replicas: int,
+    sources: tuple[str, ...] = ("source",),
+    **options,
+) -> tf.data.Dataset:
+    """Batches ``({*sources, "target_in"}, target_out)`` of ``data``'s
+    elements ``(*sources, target_in, target_out)``, bucketed by the source
+    ``lengths`` up to ``tokenizer.max_source_tokens`` (`length_batches`) and
+    padded with ``PAD``. Under ``train.jit_compile`` every source takes its
+    bucket's bound and the targets ``tokenizer.max_target_tokens + 1``."""
+    from pipelines.core.text import PAD
+
+    tok = config.tokenizer
+    target_length = tok.max_target_tokens + 1
+
+    def static_shapes(bound):
+        return (*[tf.stack([bound])] * len(sources), [target_length], [target_length])
+
+    data = length_batches(
+        data, lengths, tok.max_source_tokens, config, replicas, static_shapes,
+        padding_value=PAD, **options,
+    )  # fmt: skip
+
+    def as_features(*element):
+        *source, target_in, target_out = element
+        features = dict(zip(sources, source, strict=True))
+        return {**features, "target_in": target_in}, target_out
+
+    return data.map(as_features).prefetch(tf.data.AUTOTUNE)
+
+
 def _dense(*element):
     """Rows of ragged tensors as dense tensors (``padded_batch`` needs them)."""
     element = element[0] if len(element) == 1 else element

@@ -176,8 +176,8 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
     import tensorflow as tf
 
     import attention_layers as al
-    from pipelines.core.datasets import example_order, length_batches
-    from pipelines.core.text import END, PAD, START, UNK
+    from pipelines.core.datasets import example_order, teacher_forcing_batches
+    from pipelines.core.text import END, START, UNK
 
     tok = config.tokenizer
     pointer = config.model.variant != "baseline"
@@ -207,26 +207,6 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
         )
 
     data = order.map(example, num_parallel_calls=tf.data.AUTOTUNE)
-    target_length = tok.max_target_tokens + 1
-
-    def static_shapes(bound):
-        return (tf.stack([bound]), tf.stack([bound]), [target_length], [target_length])
-
-    data = length_batches(
-        data,
-        lengths,
-        tok.max_source_tokens,
-        config,
-        replicas,
-        static_shapes,
-        padding_value=PAD,
+    return teacher_forcing_batches(
+        data, lengths, config, replicas, ("source", "source_ext")
     )
-
-    def as_features(source, source_ext, target_in, target_out):
-        return {
-            "source": source,
-            "source_ext": source_ext,
-            "target_in": target_in,
-        }, target_out
-
-    return data.map(as_features).prefetch(tf.data.AUTOTUNE)

@@ -49,29 +49,18 @@ class SummarizationTask(Task):
         )  # fmt: skip
 
     def summary(self, data, preprocessors, config) -> str:
-        from pipelines.core.text import token_lengths
-        from pipelines.data import Splits, summarize
+        from pipelines.core.text import pair_summary
         from pipelines.summarization.debian import absent_share
 
-        tok = config.tokenizer
-        lines = [summarize(Splits(data.train, data.valid, data.test))] + data.notes
-        lines.append(
+        vocabulary = (
             f"vocabulary (words, both sides): {preprocessors.vocab_size}; "
             f"{absent_share(data.train):.1%} of training summary words are not "
             "in their document"
         )
-        for side, limit, name in (
-            (0, tok.max_source_tokens, "documents"),
-            (1, tok.max_target_tokens, "summaries"),
-        ):
-            texts = [p[side] for p in data.train + data.valid + data.test]
-            lengths = token_lengths(preprocessors, texts)
-            cut = int((lengths > limit).sum())
-            lines.append(
-                f"cut {cut} {name} longer than {limit} tokens "
-                f"(tokenizer.max_{'source' if side == 0 else 'target'}_tokens)"
-            )
-        return "\n".join(lines)
+        return pair_summary(
+            data, (preprocessors, preprocessors), config.tokenizer,
+            ("documents", "summaries"), vocabulary,
+        )  # fmt: skip
 
     make_dataset = forward("pipelines.summarization.data", "make_dataset")
 

@@ -67,29 +67,16 @@ class TranslationTask(Task):
         )  # fmt: skip
 
     def summary(self, data, preprocessors, config) -> str:
-        from pipelines.core.text import token_lengths
-        from pipelines.data import Splits, summarize
+        from pipelines.core.text import pair_summary
 
         tok = config.tokenizer
-        lines = [summarize(Splits(data.train, data.valid, data.test))] + data.notes
-        lines.append(
+        vocabulary = (
             f"vocabularies ({tok.kind}): source {preprocessors.source.vocab_size}, "
             f"target {preprocessors.target.vocab_size}"
         )
-        for side, limit, name in (
-            (0, tok.max_source_tokens, "sources"),
-            (1, tok.max_target_tokens, "targets"),
-        ):
-            lengths = token_lengths(
-                getattr(preprocessors, ("source", "target")[side]),
-                [p[side] for p in data.train + data.valid + data.test],
-            )
-            cut = int((lengths > limit).sum())
-            lines.append(
-                f"cut {cut} {name} longer than {limit} tokens "
-                f"(tokenizer.max_{name[:-1]}_tokens)"
-            )
-        return "\n".join(lines)
+        return pair_summary(
+            data, preprocessors, tok, ("sources", "targets"), vocabulary
+        )
 
     make_dataset = forward("pipelines.translation.data", "make_dataset")
 
