@@ -47,16 +47,12 @@ def load_data(config) -> Data:
         )
         notes = describe_countries(counts)
     elif kind == "jsonl" and argument:
-        from pipelines.data import split_pairs
+        from pipelines.data import read_examples, split_by_key
 
-        examples = countries.read_span_jsonl(argument)
-        if not examples:
-            raise PipelineError(f"data: no examples in {argument}.")
+        examples = read_examples(countries.read_span_jsonl, argument)
         notes = [f"read {len(examples)} questions from {argument}"]
         # Split by passage: no passage is read in two splits.
-        keyed = [(e.context, e) for e in examples]
-        splits = split_pairs(keyed, d.valid_fraction, d.test_fraction, seed=d.seed)
-        train, valid, test = ([e for _, e in part] for part in splits)
+        train, valid, test = split_by_key(examples, [e.context for e in examples], d)
     else:
         raise ConfigError(
             "config: `data.source` must be countries or jsonl:PATH, received "

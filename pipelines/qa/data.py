@@ -113,15 +113,12 @@ def load_data(config) -> Data:
 
         train, valid, test, notes = load_babi_files(argument, d.valid_fraction)
     elif kind == "jsonl" and argument:
-        from pipelines.data import split_pairs
+        from pipelines.data import read_examples, split_by_key
 
-        examples = babi.read_qa_jsonl(argument)
-        if not examples:
-            raise PipelineError(f"data: no examples in {argument}.")
+        examples = read_examples(babi.read_qa_jsonl, argument)
         notes = [f"read {len(examples)} questions from {argument}"]
-        keyed = [(babi.format_story(e) + "\n" + e.question, e) for e in examples]
-        splits = split_pairs(keyed, d.valid_fraction, d.test_fraction, seed=d.seed)
-        train, valid, test = ([e for _, e in part] for part in splits)
+        keys = [babi.format_story(e) + "\n" + e.question for e in examples]
+        train, valid, test = split_by_key(examples, keys, d)
     else:
         raise ConfigError(
             "config: `data.source` must be babi:TASKS[@SIZE] (e.g. babi:1,2@10k), "
