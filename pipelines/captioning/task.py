@@ -90,10 +90,7 @@ class CaptioningTask(Task):
     plot_attention = forward("pipelines.captioning.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
-    def serving_module(self, model, preprocessors, config):
-        from pipelines.captioning.serving import CaptionServer
-
-        return CaptionServer(model, preprocessors, config)
+    serving_module = forward("pipelines.captioning.serving", "CaptionServer")
 
     samples = forward("pipelines.captioning.data", "samples_for")
 

@@ -112,6 +112,22 @@ def forward(module: str, function: str) -> Callable[..., Any]:
     return method
 
 
+def served_evaluation(module: str, **options: Any) -> Callable[..., dict]:
+    """A `Task.evaluate` that scores the task's `Task.serving_module` with
+    ``module``'s ``evaluate(root, served, config, examples, split, *values)``,
+    ``values`` read from the verb's arguments by the names of ``options``
+    (their defaults where a verb has no such argument)."""
+
+    def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
+        served = self.serving_module(model, preprocessors, config)
+        values = [getattr(args, name, default) for name, default in options.items()]
+        score = importlib.import_module(module).evaluate
+        return score(run.root, served, config, list(examples), args.split, *values)
+
+    evaluate.__doc__ = f"`{module}.evaluate` of the served model."
+    return evaluate
+
+
 class Task(abc.ABC):
     """One pipeline task; see the module docstring for what each hook does."""
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.task import Task, forward, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned, served_evaluation
 from pipelines.extractive import config as span_config
-from pipelines.extractive.client import ExtractiveClient, split_input
+from pipelines.extractive.client import ExtractiveClient
 from pipelines.extractive.contract import ExtractiveContract
 
 TOKENIZER, ANSWERS_TSV = "tokenizer.json", "answers.tsv"
@@ -103,23 +103,12 @@ class ExtractiveTask(Task):
 
     # -- evaluation ---------------------------------------------------------
 
-    def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
-        from pipelines.extractive.evaluate import evaluate
-
-        answerer = self.serving_module(model, preprocessors, config)
-        return evaluate(
-            run.root, answerer, config, list(examples), args.split,
-            getattr(args, "heatmaps", 3),
-        )  # fmt: skip
+    evaluate = served_evaluation("pipelines.extractive.evaluate", heatmaps=3)
 
     plot_attention = forward("pipelines.extractive.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
-    def serving_module(self, model, preprocessors, config):
-        from pipelines.extractive.serving import SpanAnswerer
-
-        samples = [split_input(text) for text in self.samples(config)]
-        return SpanAnswerer(model, preprocessors, config, samples)
+    serving_module = forward("pipelines.extractive.serving", "SpanAnswerer")
 
     samples = forward("pipelines.extractive.data", "samples_for")
 

@@ -12,9 +12,9 @@ takes a story and a question as strings.
 from __future__ import annotations
 
 from pipelines.core.run_dir import read_json, write_json
-from pipelines.core.task import Task, forward, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned, served_evaluation
 from pipelines.qa import config as qa_config
-from pipelines.qa.client import QAClient, split_input
+from pipelines.qa.client import QAClient
 from pipelines.qa.contract import QAContract
 
 TOKENIZER, ANSWERS, ANSWERS_TSV = "tokenizer.json", "answers.json", "answers.tsv"
@@ -120,23 +120,12 @@ class QATask(Task):
 
     # -- evaluation ---------------------------------------------------------
 
-    def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
-        from pipelines.qa.evaluate import evaluate
-
-        answerer = self.serving_module(model, preprocessors, config)
-        return evaluate(
-            run.root, answerer, config, list(examples), args.split,
-            getattr(args, "heatmaps", 3),
-        )  # fmt: skip
+    evaluate = served_evaluation("pipelines.qa.evaluate", heatmaps=3)
 
     plot_attention = forward("pipelines.qa.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
-    def serving_module(self, model, preprocessors, config):
-        from pipelines.qa.serving import StoryAnswerer
-
-        samples = [split_input(text) for text in self.samples(config)]
-        return StoryAnswerer(model, preprocessors, config, samples)
+    serving_module = forward("pipelines.qa.serving", "StoryAnswerer")
 
     samples = forward("pipelines.qa.data", "samples_for")
 

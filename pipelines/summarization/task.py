@@ -144,10 +144,7 @@ class SummarizationTask(Task):
         return plot_samples(module, [document for document, _ in examples], folder)
 
     # -- serving ------------------------------------------------------------
-    def serving_module(self, model, preprocessors, config):
-        from pipelines.summarization.serving import Summarizer
-
-        return Summarizer(model, preprocessors, config)
+    serving_module = forward("pipelines.summarization.serving", "Summarizer")
 
     samples = forward("pipelines.summarization.serving", "samples_for")
 
