@@ -26,31 +26,28 @@ import tensorflow as tf
 
 from pipelines.captioning.images import decode_images
 from pipelines.core.compiled import call_bucketed, xla
-from pipelines.core.search import best_hypothesis, checked_search_options
-from pipelines.core.serving import ServingModule
+from pipelines.core.search import (
+    SearchModule,
+    best_hypothesis,
+    option_specs,
+)
 
 
-class CaptionServer(ServingModule):
+class CaptionServer(SearchModule):
     compiles_decoding = True
     image_inputs = ("image",)
 
     def __init__(self, model, tokenizer, config):
-        super().__init__(model.trainer, name="captioner")
+        super().__init__(model.trainer, "captioner", config.decode)
         self.model = model
         self.tokenizer = tokenizer
         self.image = config.image
         self.grid = model.grid
         self.max_length = config.tokenizer.max_words + 1  # + [END]
-        self.max_beam_width = config.decode.beam_width
-        self.default_beam_width = config.decode.default_beam_width
-        self.default_length_penalty = config.decode.length_penalty
         self.jit_compile = config.export.jit_compile
         self.max_pixels = config.export.max_image_pixels
         if self.jit_compile:
             self.compiled_search = xla(self.search)
-
-    def checked_options(self, beam_width, length_penalty):
-        return checked_search_options(beam_width, length_penalty, self.max_beam_width)
 
     def search(self, images, beam_width, length_penalty) -> dict:
         """Token ids, scores, lengths and alignments ``[B, T, H' * W']`` of
@@ -82,10 +79,6 @@ class CaptionServer(ServingModule):
 
     def caption(self, images, beam_width=None, length_penalty=None) -> dict:
         """Captions and their attention for a batch of PNG or JPEG files."""
-        if beam_width is None:
-            beam_width = self.default_beam_width
-        if length_penalty is None:
-            length_penalty = self.default_length_penalty
         pixels = decode_images(
             images, self.image, name="image", max_pixels=self.max_pixels
         )
@@ -121,8 +114,7 @@ class CaptionServer(ServingModule):
                     tf.TensorSpec(
                         [None, image.height, image.width, image.channels], tf.float32
                     ),
-                    tf.TensorSpec([], tf.int32),
-                    tf.TensorSpec([], tf.float32),
+                    *option_specs([]),
                 ],
             )
         return self._traced
@@ -142,13 +134,7 @@ class CaptionServer(ServingModule):
         def serving_default(image):
             return self.caption(image)
 
-        @tf.function(
-            input_signature=[
-                image,
-                tf.TensorSpec(None, tf.int32, name="beam_width"),
-                tf.TensorSpec(None, tf.float32, name="length_penalty"),
-            ]
-        )
+        @tf.function(input_signature=[image, *option_specs(None)])
         def with_options(image, beam_width=beams, length_penalty=alpha):
             return self.caption(image, beam_width, length_penalty)
 

@@ -27,7 +27,7 @@ from attention_layers.decoding import (
     greedy_search,
     tile_beams,
 )
-from pipelines.core.serving import checked_scalar
+from pipelines.core.serving import ServingModule, checked_scalar
 from pipelines.core.text import END, START
 
 
@@ -37,6 +37,35 @@ def checked_search_options(beam_width, length_penalty, max_beam_width: int):
     beam_width = checked_scalar("beam_width", beam_width, tf.int32, 1, max_beam_width)
     length_penalty = checked_scalar("length_penalty", length_penalty, tf.float32, 0.0)
     return beam_width, length_penalty
+
+
+class SearchModule(ServingModule):
+    """A serving module that searches: the export's ``max_beam_width``
+    (``decode.beam_width``) and the run's default options, which a request
+    without them gets."""
+
+    def __init__(self, trainer, name: str, decode):
+        super().__init__(trainer, name=name)
+        self.max_beam_width = decode.beam_width
+        self.default_beam_width = decode.default_beam_width
+        self.default_length_penalty = decode.length_penalty
+
+    def checked_options(self, beam_width=None, length_penalty=None):
+        """A request's options (the defaults for None), checked once
+        (`checked_search_options`)."""
+        if beam_width is None:
+            beam_width = self.default_beam_width
+        if length_penalty is None:
+            length_penalty = self.default_length_penalty
+        return checked_search_options(beam_width, length_penalty, self.max_beam_width)
+
+
+def option_specs(shape, **extra) -> list[tf.TensorSpec]:
+    """Specs of the search options ``beam_width`` and ``length_penalty``,
+    then ``extra`` (name -> dtype), each named: ``shape`` ``[]`` for a traced
+    function, None for a signature input checked in the graph."""
+    dtypes = {"beam_width": tf.int32, "length_penalty": tf.float32, **extra}
+    return [tf.TensorSpec(shape, dtype, name=name) for name, dtype in dtypes.items()]
 
 
 def best_hypothesis(
