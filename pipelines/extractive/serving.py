@@ -23,8 +23,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pipelines.core.serving import StringPairModule
-from pipelines.extractive.client import split_input
-from pipelines.extractive.data import samples_for
 
 
 def _chars_before(strings: tf.Tensor, byte_offsets: tf.Tensor) -> tf.Tensor:
@@ -38,15 +36,13 @@ class SpanAnswerer(StringPairModule):
 
     input_names = ("context", "question")
 
-    def __init__(self, model, preprocessors, config, samples=None):
+    def __init__(self, model, preprocessors, config, samples):
         super().__init__(model.trainer, name="span_answerer")
         self.scorer = model.attention
         self.tokenizer = preprocessors.tokenizer
         self.max_context = config.tokenizer.max_context_tokens
         self.max_question = config.tokenizer.max_question_tokens
         self.max_span = config.model.max_span_length
-        if samples is None:  # the demo's inputs
-            samples = [split_input(text) for text in samples_for(config)]
         self.samples = samples  # [(context, question)]
 
     def inputs(self, context, question) -> tuple[dict, dict]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from pipelines.core.task import Task, forward, saved_or_learned, served_evaluation
 from pipelines.extractive import config as span_config
-from pipelines.extractive.client import ExtractiveClient
+from pipelines.extractive.client import ExtractiveClient, split_input
 from pipelines.extractive.contract import ExtractiveContract
 
 TOKENIZER, ANSWERS_TSV = "tokenizer.json", "answers.tsv"
@@ -108,7 +108,11 @@ class ExtractiveTask(Task):
     plot_attention = forward("pipelines.extractive.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
-    serving_module = forward("pipelines.extractive.serving", "SpanAnswerer")
+    def serving_module(self, model, preprocessors, config):
+        from pipelines.extractive.serving import SpanAnswerer
+
+        samples = [split_input(text) for text in self.samples(config)]
+        return SpanAnswerer(model, preprocessors, config, samples)
 
     samples = forward("pipelines.extractive.data", "samples_for")
 

@@ -32,8 +32,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pipelines.core.serving import StringPairModule
-from pipelines.qa.client import split_input
-from pipelines.qa.data import samples_for
 
 SENTENCE_END = r"([.!?])\s+"  # a sentence ends at . ! or ? before a space
 
@@ -111,7 +109,7 @@ class StoryAnswerer(StringPairModule):
 
     input_names = ("story", "question")
 
-    def __init__(self, model, preprocessors, config, samples=None):
+    def __init__(self, model, preprocessors, config, samples):
         super().__init__(model.trainer, name="story_answerer")
         self.model = model
         self.generative = config.model.architecture == "encoder_decoder"
@@ -127,8 +125,6 @@ class StoryAnswerer(StringPairModule):
         self.rows = attention_rows(config)
         self.max_memories = config.model.max_memories
         self.max_words = config.tokenizer.max_words
-        if samples is None:  # the demo's inputs
-            samples = [split_input(text) for text in samples_for(config)]
         self.samples = samples  # [(story, question)]
 
     def _word_ids(self, strings: tf.Tensor) -> tf.RaggedTensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pipelines.core.run_dir import read_json, write_json
 from pipelines.core.task import Task, forward, saved_or_learned, served_evaluation
 from pipelines.qa import config as qa_config
-from pipelines.qa.client import QAClient
+from pipelines.qa.client import QAClient, split_input
 from pipelines.qa.contract import QAContract
 
 TOKENIZER, ANSWERS, ANSWERS_TSV = "tokenizer.json", "answers.json", "answers.tsv"
@@ -125,7 +125,11 @@ class QATask(Task):
     plot_attention = forward("pipelines.qa.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
-    serving_module = forward("pipelines.qa.serving", "StoryAnswerer")
+    def serving_module(self, model, preprocessors, config):
+        from pipelines.qa.serving import StoryAnswerer
+
+        samples = [split_input(text) for text in self.samples(config)]
+        return StoryAnswerer(model, preprocessors, config, samples)
 
     samples = forward("pipelines.qa.data", "samples_for")
 

@@ -49,7 +49,7 @@ class SummarizationTask(Task):
         )  # fmt: skip
 
     def summary(self, data, preprocessors, config) -> str:
-        from pipelines.core.text import pair_summary
+        from pipelines.data import pair_summary
         from pipelines.summarization.debian import absent_share
 
         vocabulary = (

@@ -67,7 +67,7 @@ class TranslationTask(Task):
         )  # fmt: skip
 
     def summary(self, data, preprocessors, config) -> str:
-        from pipelines.core.text import pair_summary
+        from pipelines.data import pair_summary
 
         tok = config.tokenizer
         vocabulary = (
