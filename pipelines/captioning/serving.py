@@ -126,8 +126,7 @@ class CaptionServer(SearchModule):
         and the per-request ``beam_width`` and ``length_penalty`` (defaults
         in the SignatureDef). Inputs are declared with unknown shapes and
         checked in the graph (a C client may feed any shape)."""
-        beams = tf.constant(self.default_beam_width, tf.int32)
-        alpha = tf.constant(self.default_length_penalty, tf.float32)
+        beams, alpha = self.option_defaults()
         image = tf.TensorSpec(None, tf.string, name="image")
 
         @tf.function(input_signature=[image])

@@ -59,6 +59,15 @@ class SearchModule(ServingModule):
             length_penalty = self.default_length_penalty
         return checked_search_options(beam_width, length_penalty, self.max_beam_width)
 
+    def option_defaults(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """The default ``beam_width`` and ``length_penalty`` as constants: a
+        signature's defaults (``PlaceholderWithDefault`` in the SignatureDef),
+        so that a client may leave the options out."""
+        return (
+            tf.constant(self.default_beam_width, tf.int32),
+            tf.constant(self.default_length_penalty, tf.float32),
+        )
+
 
 def option_specs(shape, **extra) -> list[tf.TensorSpec]:
     """Specs of the search options ``beam_width`` and ``length_penalty``,

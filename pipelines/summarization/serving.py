@@ -125,8 +125,7 @@ class Summarizer(SearchModule):
         C client may feed any shape); the options have defaults in the
         SignatureDef, so TF Serving and C clients may leave them out.
         """
-        beams = tf.constant(self.default_beam_width, tf.int32)
-        alpha = tf.constant(self.default_length_penalty, tf.float32)
+        beams, alpha = self.option_defaults()
         shortest = tf.constant(self.default_min_length, tf.int32)
         text = tf.TensorSpec(None, tf.string, name="text")
 

@@ -159,8 +159,7 @@ class Translator(SearchModule):
         SignatureDef (``PlaceholderWithDefault``), so TF Serving and C clients
         may leave them out.
         """
-        beams = tf.constant(self.default_beam_width, tf.int32)
-        alpha = tf.constant(self.default_length_penalty, tf.float32)
+        beams, alpha = self.option_defaults()
         source = tf.TensorSpec(None, tf.string, name="source")
         options = option_specs(None)
 
