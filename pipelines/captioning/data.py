@@ -244,7 +244,7 @@ def make_dataset(examples, tokenizer, config, training: bool, replicas: int = 1)
     import tensorflow as tf
 
     from pipelines.captioning.images import decode_images
-    from pipelines.core.datasets import training_order
+    from pipelines.core.datasets import example_order
     from pipelines.core.text import END, PAD, START
 
     rows = [(i, c) for i, e in enumerate(examples) for c in e.captions]
@@ -260,10 +260,7 @@ def make_dataset(examples, tokenizer, config, training: bool, replicas: int = 1)
         tf.constant([e.image for e in examples]), config.image, name="image"
     )
     image_of_row = tf.constant(np.array([i for i, _ in rows], "int64"))
-    if training:
-        order = training_order(len(rows), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(rows))
+    order = example_order(len(rows), config, training)
 
     # Hard attention's REINFORCE loss is inside the model: it reads the targets.
     hard = config.model.attention == "hard"

@@ -26,31 +26,28 @@ import tensorflow as tf
 
 from pipelines.captioning.images import decode_images
 from pipelines.core.compiled import call_bucketed, xla
-from pipelines.core.search import best_hypothesis, checked_search_options
-from pipelines.core.serving import ServingModule
+from pipelines.core.search import (
+    SearchModule,
+    best_hypothesis,
+    option_specs,
+)
 
 
-class CaptionServer(ServingModule):
+class CaptionServer(SearchModule):
     compiles_decoding = True
     image_inputs = ("image",)
 
     def __init__(self, model, tokenizer, config):
-        super().__init__(model.trainer, name="captioner")
+        super().__init__(model.trainer, "captioner", config.decode)
         self.model = model
         self.tokenizer = tokenizer
         self.image = config.image
         self.grid = model.grid
         self.max_length = config.tokenizer.max_words + 1  # + [END]
-        self.max_beams = config.decode.beam_width
-        self.default_beam_width = config.decode.default_beam_width
-        self.default_length_penalty = config.decode.length_penalty
         self.jit_compile = config.export.jit_compile
         self.max_pixels = config.export.max_image_pixels
         if self.jit_compile:
             self.compiled_search = xla(self.search)
-
-    def checked_options(self, beam_width, length_penalty):
-        return checked_search_options(beam_width, length_penalty, self.max_beams)
 
     def search(self, images, beam_width, length_penalty) -> dict:
         """Token ids, scores, lengths and alignments ``[B, T, H' * W']`` of
@@ -58,7 +55,7 @@ class CaptionServer(ServingModule):
         rows = tf.shape(images)[0]
         return best_hypothesis(
             self.model, self.encode(images), rows,
-            self.max_length, self.max_beams, beam_width, length_penalty,
+            self.max_length, self.max_beam_width, beam_width, length_penalty,
         )  # fmt: skip
 
     def encode(self, images):
@@ -82,10 +79,6 @@ class CaptionServer(ServingModule):
 
     def caption(self, images, beam_width=None, length_penalty=None) -> dict:
         """Captions and their attention for a batch of PNG or JPEG files."""
-        if beam_width is None:
-            beam_width = self.default_beam_width
-        if length_penalty is None:
-            length_penalty = self.default_length_penalty
         pixels = decode_images(
             images, self.image, name="image", max_pixels=self.max_pixels
         )
@@ -121,8 +114,7 @@ class CaptionServer(ServingModule):
                     tf.TensorSpec(
                         [None, image.height, image.width, image.channels], tf.float32
                     ),
-                    tf.TensorSpec([], tf.int32),
-                    tf.TensorSpec([], tf.float32),
+                    *option_specs([]),
                 ],
             )
         return self._traced
@@ -134,21 +126,14 @@ class CaptionServer(ServingModule):
         and the per-request ``beam_width`` and ``length_penalty`` (defaults
         in the SignatureDef). Inputs are declared with unknown shapes and
         checked in the graph (a C client may feed any shape)."""
-        beams = tf.constant(self.default_beam_width, tf.int32)
-        alpha = tf.constant(self.default_length_penalty, tf.float32)
+        beams, alpha = self.option_defaults()
         image = tf.TensorSpec(None, tf.string, name="image")
 
         @tf.function(input_signature=[image])
         def serving_default(image):
             return self.caption(image)
 
-        @tf.function(
-            input_signature=[
-                image,
-                tf.TensorSpec(None, tf.int32, name="beam_width"),
-                tf.TensorSpec(None, tf.float32, name="length_penalty"),
-            ]
-        )
+        @tf.function(input_signature=[image, *option_specs(None)])
         def with_options(image, beam_width=beams, length_penalty=alpha):
             return self.caption(image, beam_width, length_penalty)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pipelines.captioning import config as captioning_config
 from pipelines.captioning.client import CaptioningClient
 from pipelines.captioning.contract import CaptioningContract
-from pipelines.core.task import Data, Task, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned
 
 TOKENIZER = "tokenizer.json"
 
@@ -32,10 +32,7 @@ class CaptioningTask(Task):
         return captioning_config.PRESETS
 
     # -- data ---------------------------------------------------------------
-    def load_data(self, config) -> Data:
-        from pipelines.captioning.data import load_data
-
-        return load_data(config)
+    load_data = forward("pipelines.captioning.data", "load_data")
 
     def preprocessors(self, run, data, config, create):
         from pipelines.core.text import WordTokenizer, load_tokenizer
@@ -59,10 +56,7 @@ class CaptioningTask(Task):
         lines.append(f"vocabulary: {preprocessors.vocab_size} words")
         return "\n".join(lines)
 
-    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
-        from pipelines.captioning.data import make_dataset
-
-        return make_dataset(examples, preprocessors, config, training, replicas)
+    make_dataset = forward("pipelines.captioning.data", "make_dataset")
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
@@ -93,23 +87,12 @@ class CaptioningTask(Task):
                         getattr(args, "plots", 3),
                         getattr(args, "robustness", False))  # fmt: skip
 
-    def plot_attention(self, module, config, examples, folder):
-        from pipelines.captioning.evaluate import plot_attention
-
-        return plot_attention(module, config, examples, folder)
+    plot_attention = forward("pipelines.captioning.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
-    def serving_module(self, model, preprocessors, config):
-        from pipelines.captioning.serving import CaptionServer
+    serving_module = forward("pipelines.captioning.serving", "CaptionServer")
 
-        return CaptionServer(model, preprocessors, config)
-
-    def samples(self, config) -> list[str]:
-        """Paths of images for ``demo``: the first test strips (`sample_strips`)
-        or a user folder's first images."""
-        from pipelines.captioning.data import samples_for
-
-        return samples_for(config)
+    samples = forward("pipelines.captioning.data", "samples_for")
 
 
 TASK = CaptioningTask()

@@ -66,6 +66,14 @@ def training_order(size: int, seed: int) -> tf.data.Dataset:
     return tf.data.Dataset.range(1).flat_map(one_pass)
 
 
+def example_order(size: int, config, training: bool) -> tf.data.Dataset:
+    """The indices of ``size`` examples to read: `training_order` with
+    ``train.seed`` when ``training``, else ``0 .. size-1``."""
+    if training:
+        return training_order(size, config.train.seed)
+    return tf.data.Dataset.range(size)
+
+
 def bucket_boundaries(max_length: int, buckets: int = 8, minimum: int = 4) -> list[int]:
     """About ``buckets`` evenly spaced boundaries up to ``max_length``."""
     step = max(minimum, max_length // buckets)
@@ -197,6 +205,67 @@ def bucket_batches(
         batches = batches.map(fill)
     total = count_batches(lengths, boundaries, batch_size, replicas)
     return batches.apply(tf.data.experimental.assert_cardinality(total))
+
+
+def length_batches(
+    data: tf.data.Dataset,
+    lengths: Sequence[int],
+    max_length: int,
+    config,
+    replicas: int,
+    static_shapes: Callable,
+    minimum: int = 4,
+    **options,
+) -> tf.data.Dataset:
+    """`bucket_batches` of ``data`` by ``lengths`` up to ``max_length``
+    (`bucket_boundaries` with ``minimum``) with the run's ``train.batch_size``;
+    static-shaped by ``static_shapes`` under ``train.jit_compile``.
+    ``options``: `bucket_batches`' ``padding_value`` and ``full_batches``."""
+    return bucket_batches(
+        data,
+        lengths,
+        bucket_boundaries(max_length, minimum=minimum),
+        config.train.batch_size,
+        max_length,
+        replicas=replicas,
+        static=config.train.jit_compile,
+        static_shapes=static_shapes,
+        **options,
+    )
+
+
+def teacher_forcing_batches(
+    data: tf.data.Dataset,
+    lengths: Sequence[int],
+    config,
+    replicas: int,
+    sources: tuple[str, ...] = ("source",),
+    **options,
+) -> tf.data.Dataset:
+    """Batches ``({*sources, "target_in"}, target_out)`` of ``data``'s
+    elements ``(*sources, target_in, target_out)``, bucketed by the source
+    ``lengths`` up to ``tokenizer.max_source_tokens`` (`length_batches`) and
+    padded with ``PAD``. Under ``train.jit_compile`` every source takes its
+    bucket's bound and the targets ``tokenizer.max_target_tokens + 1``."""
+    from pipelines.core.text import PAD
+
+    tok = config.tokenizer
+    target_length = tok.max_target_tokens + 1
+
+    def static_shapes(bound):
+        return (*[tf.stack([bound])] * len(sources), [target_length], [target_length])
+
+    data = length_batches(
+        data, lengths, tok.max_source_tokens, config, replicas, static_shapes,
+        padding_value=PAD, **options,
+    )  # fmt: skip
+
+    def as_features(*element):
+        *source, target_in, target_out = element
+        features = dict(zip(sources, source, strict=True))
+        return {**features, "target_in": target_in}, target_out
+
+    return data.map(as_features).prefetch(tf.data.AUTOTUNE)
 
 
 def _dense(*element):

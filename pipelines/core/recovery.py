@@ -38,10 +38,8 @@ from pipelines.core.backups import BEST, LEARNED, Backups
 from pipelines.core.errors import ConfigError, PipelineError
 from pipelines.core.run_dir import (
     RunDir,
-    commit_point,
-    fsync,
-    partial_name,
     sha256,
+    write_atomically,
     write_json,
     write_text,
 )
@@ -160,16 +158,7 @@ def sync_best(run: RunDir, generation: Path | None, state: dict, log=print) -> b
 
 def _put_back(copy: Path, path: Path) -> None:
     """Copy a backup's ``copy`` to ``path`` atomically."""
-    tmp = path.with_name(partial_name(path.name))
-    try:
-        shutil.copyfile(copy, tmp)
-        fsync(tmp)
-        commit_point(f"write {path.name}")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync(path.parent)
+    write_atomically(path, lambda tmp: shutil.copyfile(copy, tmp))
 
 
 def holds_best(generation: Path | None, state: dict) -> bool:

@@ -39,6 +39,7 @@ import re
 import shutil
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +129,17 @@ def fsync(path: str | Path) -> None:
         os.close(handle)
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
+def write_atomically(
+    path: str | Path, write: Callable[[Path], Any], suffix: str = ""
+) -> Path:
+    """``write(tmp)`` to a temporary name beside ``path`` (ending in
+    ``suffix``), flushed to the disk and renamed onto ``path``; a failed
+    write (a full disk) leaves no temporary behind."""
     path = Path(path)
-    tmp = path.with_name(partial_name(path.name))
+    tmp = path.with_name(partial_name(path.name) + suffix)
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        write(tmp)
+        fsync(tmp)
         commit_point(f"write {path.name}")
         tmp.replace(path)
     except BaseException:
@@ -144,6 +147,11 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
         raise
     fsync(path.parent)
     return path
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
+    return write_atomically(path, lambda tmp: tmp.write_bytes(data))
 
 
 def write_text(path: str | Path, text: str) -> Path:

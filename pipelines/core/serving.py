@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from pipelines.core.contract_cases import paired_feed
+
 
 class ServingModule(tf.Module):
     """Base of a task's exported module: the model's variables, tracked.
@@ -109,6 +111,38 @@ def checked_same_batch(first: tuple[str, tf.Tensor], second: tuple[str, tf.Tenso
     )
     with tf.control_dependencies([check]):
         return tf.identity(a), tf.identity(b)
+
+
+class StringPairModule(ServingModule):
+    """A module whose ``serving_default`` is `answer` over two ``[B]`` string
+    inputs named ``input_names``; ``samples`` are ``(first, second)`` pairs, its
+    warmup request."""
+
+    input_names: tuple[str, str]
+    samples: list[tuple[str, str]]
+
+    def answer(self, first, second) -> dict:
+        raise NotImplementedError
+
+    def checked_inputs(self, first, second) -> tuple[tf.Tensor, tf.Tensor]:
+        """Both inputs checked: string vectors of valid UTF-8, one batch size."""
+        a, b = self.input_names
+        return checked_same_batch(
+            (a, checked_strings(a, first)), (b, checked_strings(b, second))
+        )
+
+    def signatures(self) -> dict:
+        specs = [tf.TensorSpec(None, tf.string, name=name) for name in self.input_names]
+        return {"serving_default": tf.function(self.answer, input_signature=specs)}
+
+    def traced_answer(self):
+        """`answer` as one ``tf.function`` (traced once, reused for any batch)."""
+        if not hasattr(self, "_traced"):
+            self._traced = self.signatures()["serving_default"]
+        return self._traced
+
+    def warmup_requests(self) -> list[dict]:
+        return [paired_feed(self.input_names, self.samples)]
 
 
 def checked_scalar(

@@ -27,6 +27,7 @@ interface.
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -97,6 +98,34 @@ def saved_or_learned(
     if create and paths is not None:
         save(preprocessors, *paths)
     return preprocessors
+
+
+def forward(module: str, function: str) -> Callable[..., Any]:
+    """A `Task` method that calls ``function`` of ``module`` with its
+    arguments, importing the module at the call: a task's heavy modules load
+    only for the verbs that use them."""
+
+    def method(self, *args, **kwargs):
+        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+    method.__doc__ = f"`{module}.{function}`."
+    return method
+
+
+def served_evaluation(module: str, **options: Any) -> Callable[..., dict]:
+    """A `Task.evaluate` that scores the task's `Task.serving_module` with
+    ``module``'s ``evaluate(root, served, config, examples, split, *values)``,
+    ``values`` read from the verb's arguments by the names of ``options``
+    (their defaults where a verb has no such argument)."""
+
+    def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
+        served = self.serving_module(model, preprocessors, config)
+        values = [getattr(args, name, default) for name, default in options.items()]
+        score = importlib.import_module(module).evaluate
+        return score(run.root, served, config, list(examples), args.split, *values)
+
+    evaluate.__doc__ = f"`{module}.evaluate` of the served model."
+    return evaluate
 
 
 class Task(abc.ABC):

@@ -58,11 +58,9 @@ from pipelines.core.recovery import (
 from pipelines.core.run_dir import (
     PipelineError,
     RunDir,
-    commit_point,
-    fsync,
-    partial_name,
     remove_stale_partials,
     sha256,
+    write_atomically,
     write_text,
 )
 from pipelines.core.run_guard import (
@@ -91,17 +89,9 @@ def dtype_policy(name: str | None):
 def save_weights(model: keras.Model, path: Path) -> Path:
     """``model.save_weights`` to a temporary name, then renamed into place;
     a failed write (a full disk) leaves no temporary behind."""
-    tmp = path.with_name(partial_name(path.name) + ".weights.h5")
-    try:
-        model.save_weights(str(tmp))
-        fsync(tmp)
-        commit_point(f"write {path.name}")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync(path.parent)
-    return path
+    return write_atomically(
+        path, lambda tmp: model.save_weights(str(tmp)), ".weights.h5"
+    )
 
 
 def phase_bounds(starts, epochs: int) -> list[tuple[int, int]]:

@@ -5,11 +5,12 @@ A task's own corpora and generators live in its folder
 """
 
 from pipelines.data.filters import filter_length
-from pipelines.data.split_report import summarize
-from pipelines.data.splits import Splits, split_pairs
+from pipelines.data.split_report import pair_summary, summarize
+from pipelines.data.splits import Splits, split_by_key, split_pairs
 from pipelines.data.user_files import (
     field_error,
     jsonl_objects,
+    read_examples,
     read_jsonl,
     read_lines,
     read_parallel,
@@ -21,10 +22,13 @@ __all__ = [
     "field_error",
     "filter_length",
     "jsonl_objects",
+    "pair_summary",
+    "read_examples",
     "read_jsonl",
     "read_lines",
     "read_parallel",
     "read_tsv",
+    "split_by_key",
     "split_pairs",
     "summarize",
 ]

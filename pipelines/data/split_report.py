@@ -38,3 +38,25 @@ def summarize(splits: Splits, samples: int = 2) -> str:
     for source, target in train[:samples]:
         lines.append(f"  {source!r} -> {target!r}")
     return "\n".join(lines)
+
+
+def pair_summary(data, tokenizers, tok, names: tuple[str, str], vocabulary: str) -> str:
+    """``data_summary.txt`` of (source, target) pairs: the split report, the
+    loading notes, the ``vocabulary`` line, and how many sources and targets
+    (``names``, plural) are longer than ``tok.max_source_tokens`` and
+    ``tok.max_target_tokens`` in tokens of ``tokenizers`` (the source's and
+    the target's)."""
+    from pipelines.core.text import token_lengths
+
+    pairs = data.train + data.valid + data.test
+    lines = [summarize(Splits(data.train, data.valid, data.test)), *data.notes]
+    lines.append(vocabulary)
+    for side, name in enumerate(names):
+        setting = f"max_{('source', 'target')[side]}_tokens"
+        limit = getattr(tok, setting)
+        lengths = token_lengths(tokenizers[side], [pair[side] for pair in pairs])
+        lines.append(
+            f"cut {int((lengths > limit).sum())} {name} longer than {limit} tokens "
+            f"(tokenizer.{setting})"
+        )
+    return "\n".join(lines)

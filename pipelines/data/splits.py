@@ -70,6 +70,15 @@ def split_pairs(
     return splits
 
 
+def split_by_key(examples: Sequence, keys: Sequence[str], data) -> Splits:
+    """``examples`` split as `split_pairs` splits pairs keyed by ``keys`` (one
+    text per example: equal keys share a split), with the ``data`` section's
+    ``valid_fraction``, ``test_fraction`` and ``seed``."""
+    keyed = list(zip(keys, examples, strict=True))
+    splits = split_pairs(keyed, data.valid_fraction, data.test_fraction, data.seed)
+    return Splits(*([e for _, e in part] for part in splits))
+
+
 def _limit(
     buckets: list[float], start: float, size: int | None, fraction: float
 ) -> float:

@@ -21,6 +21,7 @@ such as ``/dev/zero`` or a larger file is refused before it is read.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.core.errors import PipelineError
@@ -140,6 +141,15 @@ def field_error(
     return PipelineError(
         f'{where}: field "{field}": expected {expected}, received {received}'
     )
+
+
+def read_examples(read: Callable[[str], list], path: str) -> list:
+    """``read(path)``: a task's examples of a user file, refused with
+    `PipelineError` when it holds none."""
+    examples = read(path)
+    if not examples:
+        raise PipelineError(f"data: no examples in {path}.")
+    return examples
 
 
 def read_jsonl(

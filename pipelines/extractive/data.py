@@ -47,16 +47,12 @@ def load_data(config) -> Data:
         )
         notes = describe_countries(counts)
     elif kind == "jsonl" and argument:
-        from pipelines.data import split_pairs
+        from pipelines.data import read_examples, split_by_key
 
-        examples = countries.read_span_jsonl(argument)
-        if not examples:
-            raise PipelineError(f"data: no examples in {argument}.")
+        examples = read_examples(countries.read_span_jsonl, argument)
         notes = [f"read {len(examples)} questions from {argument}"]
         # Split by passage: no passage is read in two splits.
-        keyed = [(e.context, e) for e in examples]
-        splits = split_pairs(keyed, d.valid_fraction, d.test_fraction, seed=d.seed)
-        train, valid, test = ([e for _, e in part] for part in splits)
+        train, valid, test = split_by_key(examples, [e.context for e in examples], d)
     else:
         raise ConfigError(
             "config: `data.source` must be countries or jsonl:PATH, received "
@@ -158,11 +154,7 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     """
     import tensorflow as tf
 
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
+    from pipelines.core.datasets import example_order, length_batches
 
     if not examples:
         raise PipelineError("data: no questions to batch.")
@@ -181,10 +173,7 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     start = tf.constant(encoded["start"][keep])
     end = tf.constant(encoded["end"][keep])
     lengths = context.row_lengths().numpy()
-    if training:
-        order = training_order(len(keep), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(keep))
+    order = example_order(len(keep), config, training)
     data = order.map(
         lambda i: (context[i], match[i], question[i], start[i], end[i]),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -194,15 +183,14 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     def static_shapes(bound):
         return (tf.stack([bound]), tf.stack([bound]), [t.max_question_tokens], [], [])
 
-    data = bucket_batches(
+    data = length_batches(
         data,
         np.maximum(lengths, 1),
-        bucket_boundaries(t.max_context_tokens, minimum=16),
-        config.train.batch_size,
         t.max_context_tokens,
-        replicas=replicas,
-        static=config.train.jit_compile,
-        static_shapes=static_shapes,
+        config,
+        replicas,
+        static_shapes,
+        minimum=16,
     )
 
     def as_features(context, match, question, start, end):

@@ -20,14 +20,9 @@ or differ in batch size are refused with ``InvalidArgument`` naming the input.
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
-from pipelines.core.serving import (
-    ServingModule,
-    checked_same_batch,
-    checked_strings,
-)
+from pipelines.core.serving import StringPairModule
 
 
 def _chars_before(strings: tf.Tensor, byte_offsets: tf.Tensor) -> tf.Tensor:
@@ -36,8 +31,10 @@ def _chars_before(strings: tf.Tensor, byte_offsets: tf.Tensor) -> tf.Tensor:
     return tf.strings.length(head, unit="UTF8_CHAR")
 
 
-class SpanAnswerer(ServingModule):
+class SpanAnswerer(StringPairModule):
     """The exported module of a trained `pipelines.extractive.model.SpanQA`."""
+
+    input_names = ("context", "question")
 
     def __init__(self, model, preprocessors, config, samples):
         super().__init__(model.trainer, name="span_answerer")
@@ -66,10 +63,7 @@ class SpanAnswerer(ServingModule):
     def answer(self, context, question):
         import attention_layers as al
 
-        context, question = checked_same_batch(
-            ("context", checked_strings("context", context)),
-            ("question", checked_strings("question", question)),
-        )
+        context, question = self.checked_inputs(context, question)
         features, offsets = self.inputs(context, question)
         logits = self.trainer(features, training=False)
         start_logits = tf.cast(logits["start"], tf.float32)
@@ -94,27 +88,6 @@ class SpanAnswerer(ServingModule):
             "end": _chars_before(context, ends),
             "score": tf.where(answerable, tf.exp(score - normaliser), 0.0),
         }
-
-    def signatures(self) -> dict:
-        specs = [
-            tf.TensorSpec(None, tf.string, name="context"),
-            tf.TensorSpec(None, tf.string, name="question"),
-        ]
-        return {"serving_default": tf.function(self.answer, input_signature=specs)}
-
-    def traced_answer(self):
-        """`answer` as one ``tf.function`` (traced once, reused for any batch)."""
-        if not hasattr(self, "_traced"):
-            self._traced = self.signatures()["serving_default"]
-        return self._traced
-
-    def warmup_requests(self) -> list[dict]:
-        return [
-            {
-                "context": np.array([c for c, _ in self.samples], dtype=object),
-                "question": np.array([q for _, q in self.samples], dtype=object),
-            }
-        ]
 
 
 def _at_least_one(values: tf.Tensor) -> tf.Tensor:

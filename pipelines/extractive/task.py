@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.task import Data, Task, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned, served_evaluation
 from pipelines.extractive import config as span_config
 from pipelines.extractive.client import ExtractiveClient, split_input
 from pipelines.extractive.contract import ExtractiveContract
@@ -36,10 +36,7 @@ class ExtractiveTask(Task):
         return span_config.PRESETS
 
     # -- data ---------------------------------------------------------------
-    def load_data(self, config) -> Data:
-        from pipelines.extractive.data import load_data
-
-        return load_data(config)
+    load_data = forward("pipelines.extractive.data", "load_data")
 
     def preprocessors(self, run, data, config, create):
         from pipelines.extractive.data import Preprocessors
@@ -83,10 +80,7 @@ class ExtractiveTask(Task):
             )
         return "\n".join(lines)
 
-    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
-        from pipelines.extractive.data import make_dataset
-
-        return make_dataset(examples, preprocessors, config, training, replicas)
+    make_dataset = forward("pipelines.extractive.data", "make_dataset")
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
@@ -109,19 +103,9 @@ class ExtractiveTask(Task):
 
     # -- evaluation ---------------------------------------------------------
 
-    def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
-        from pipelines.extractive.evaluate import evaluate
+    evaluate = served_evaluation("pipelines.extractive.evaluate", heatmaps=3)
 
-        answerer = self.serving_module(model, preprocessors, config)
-        return evaluate(
-            run.root, answerer, config, list(examples), args.split,
-            getattr(args, "heatmaps", 3),
-        )  # fmt: skip
-
-    def plot_attention(self, module, config, examples, folder):
-        from pipelines.extractive.evaluate import plot_attention
-
-        return plot_attention(module, config, examples, folder)
+    plot_attention = forward("pipelines.extractive.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):
@@ -130,10 +114,7 @@ class ExtractiveTask(Task):
         samples = [split_input(text) for text in self.samples(config)]
         return SpanAnswerer(model, preprocessors, config, samples)
 
-    def samples(self, config) -> list[str]:
-        from pipelines.extractive.data import samples_for
-
-        return samples_for(config)
+    samples = forward("pipelines.extractive.data", "samples_for")
 
 
 TASK = ExtractiveTask()

@@ -3,40 +3,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from pipelines.core.contract_cases import BadRequest, ContractCases, DataCase
+from pipelines.core import contract_cases as cases
 from pipelines.qa.client import split_input
 from pipelines.qa.data import samples_for
 
 
-class QAContract(ContractCases):
+class QAContract(cases.ContractCases):
     main_inputs = ("story", "question")
 
     def requests(self, config) -> list[dict]:
         pairs = [split_input(text) for text in samples_for(config)]
-        questions = np.array([q for _, q in pairs], dtype=object)
-        return [
-            {
-                "story": np.array([s for s, _ in pairs], dtype=object),
-                "question": questions,
-            },
-            # Each story on one line: the graph splits its sentences.
-            {
-                "story": np.array([s.replace("\n", " ") for s, _ in pairs], object),
-                "question": questions,
-            },
-        ]
+        # Each story on one line too: the graph splits its sentences.
+        flat = [(s.replace("\n", " "), q) for s, q in pairs]
+        return [cases.paired_feed(self.main_inputs, p) for p in (pairs, flat)]
 
-    def bad_requests(self, config) -> list[BadRequest]:
+    def bad_requests(self, config) -> list[cases.BadRequest]:
         from pipelines.qa.serving import attention_rows
 
         story, question = split_input(samples_for(config)[0])
-
-        def strings(*rows):
-            return np.array(list(rows), dtype=object)
+        samples = {"story": story, "question": question}
 
         def unanswered(out):
             assert out["answer"][0] == b"" and out["score"][0] == 0.0
@@ -62,64 +49,12 @@ class QAContract(ContractCases):
         many = "\n".join(
             lines[i % len(lines)] for i in range(config.model.max_memories + 5)
         )
-        vector = "serving input `story` must be a vector"
         return [
-            BadRequest(
-                "empty story",
-                {
-                    "story": strings(" \n ", story),
-                    "question": strings(question, question),
-                },
-                check=unanswered,
-            ),
-            BadRequest(
-                "empty question",
-                {"story": strings(story, story), "question": strings("", question)},
-                check=unanswered,
-            ),
-            BadRequest(
-                "empty batch",
-                {"story": strings(), "question": strings()},
-                check=empty_batch,
-            ),
-            BadRequest(
+            *cases.blank_input_cases(samples, unanswered),
+            cases.BadRequest(
                 "story longer than the memory",
-                {"story": strings(many), "question": strings(question)},
+                {"story": cases.strings(many), "question": cases.strings(question)},
                 check=long_story,
             ),
-            BadRequest(
-                "batch sizes differ",
-                {"story": strings(story, story), "question": strings(question)},
-                "must have the same batch size",
-            ),
-            BadRequest(
-                "invalid utf-8 story",
-                {"story": strings(b"\xff"), "question": strings(question)},
-                "serving input `story` must be valid UTF-8",
-            ),
-            BadRequest(
-                "invalid utf-8 question",
-                {"story": strings(story), "question": strings(b"ok\xfe")},
-                "serving input `question` must be valid UTF-8",
-            ),
-            BadRequest(
-                "rank 2",
-                {"story": np.array([[story]], object), "question": strings(question)},
-                vector,
-                python=False,
-            ),
-            BadRequest(
-                "rank 0",
-                {"story": strings(story), "question": np.array(question, object)},
-                "serving input `question` must be a vector",
-                python=False,
-            ),
+            *cases.string_input_cases(samples, empty_batch),
         ]
-
-    def data(self, folder) -> dict[str, DataCase]:
-        empty = Path(folder) / "empty.jsonl"
-        empty.write_text("")
-        return {
-            "empty_file": DataCase([f"data.source=jsonl:{empty}"], str(empty)),
-            "empty_valid": DataCase(["data.valid_fraction=0.0"]),
-        }

@@ -113,15 +113,12 @@ def load_data(config) -> Data:
 
         train, valid, test, notes = load_babi_files(argument, d.valid_fraction)
     elif kind == "jsonl" and argument:
-        from pipelines.data import split_pairs
+        from pipelines.data import read_examples, split_by_key
 
-        examples = babi.read_qa_jsonl(argument)
-        if not examples:
-            raise PipelineError(f"data: no examples in {argument}.")
+        examples = read_examples(babi.read_qa_jsonl, argument)
         notes = [f"read {len(examples)} questions from {argument}"]
-        keyed = [(babi.format_story(e) + "\n" + e.question, e) for e in examples]
-        splits = split_pairs(keyed, d.valid_fraction, d.test_fraction, seed=d.seed)
-        train, valid, test = ([e for _, e in part] for part in splits)
+        keys = [babi.format_story(e) + "\n" + e.question for e in examples]
+        train, valid, test = split_by_key(examples, keys, d)
     else:
         raise ConfigError(
             "config: `data.source` must be babi:TASKS[@SIZE] (e.g. babi:1,2@10k), "
@@ -223,11 +220,7 @@ def make_generative_dataset(examples, preprocessors, config, training, replicas=
     words with ``[START]`` in front and ``[END]`` after."""
     import tensorflow as tf
 
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
+    from pipelines.core.datasets import example_order, length_batches
     from pipelines.core.text import END, PAD, RESERVED, START
 
     story, question, _, _, _ = encode(examples, preprocessors, config)
@@ -240,10 +233,7 @@ def make_generative_dataset(examples, preprocessors, config, training, replicas=
         ragged_rank=1,
     )
     lengths = source.row_lengths().numpy()
-    if training:
-        order = training_order(len(examples), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(examples))
+    order = example_order(len(examples), config, training)
 
     def add_markers(i):
         t = target[i]
@@ -251,16 +241,15 @@ def make_generative_dataset(examples, preprocessors, config, training, replicas=
 
     data = order.map(add_markers, num_parallel_calls=tf.data.AUTOTUNE)
     longest, steps = max_source_words(config), limit + 1
-    data = bucket_batches(
+    data = length_batches(
         data,
         np.maximum(lengths, 1),
-        bucket_boundaries(longest, minimum=16),
-        config.train.batch_size,
         longest,
-        replicas=replicas,
+        config,
+        replicas,
+        lambda bound: (tf.stack([bound]), [steps], [steps]),
+        minimum=16,
         padding_value=PAD,
-        static=config.train.jit_compile,
-        static_shapes=lambda bound: (tf.stack([bound]), [steps], [steps]),
     )
 
     def as_features(source, target_in, target_out):
@@ -281,11 +270,7 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     """
     import tensorflow as tf
 
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
+    from pipelines.core.datasets import example_order, length_batches
 
     if not examples:
         raise PipelineError("data: no questions to batch.")
@@ -296,10 +281,7 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     story, question, supporting, answer, lengths = encode(
         examples, preprocessors, config
     )
-    if training:
-        order = training_order(len(examples), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(examples))
+    order = example_order(len(examples), config, training)
     data = order.map(
         lambda i: (story[i], question[i], supporting[i], answer[i]),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -309,15 +291,14 @@ def make_dataset(examples, preprocessors, config, training: bool, replicas: int 
     def static_shapes(bound):
         return (tf.stack([bound, words]), [words], tf.stack([bound]), [])
 
-    data = bucket_batches(
+    data = length_batches(
         data,
         np.maximum(lengths, 1),
-        bucket_boundaries(memories, minimum=2),
-        config.train.batch_size,
         memories,
-        replicas=replicas,
-        static=config.train.jit_compile,
-        static_shapes=static_shapes,
+        config,
+        replicas,
+        static_shapes,
+        minimum=2,
     )
     supervised = config.model.supervision_weight > 0
 

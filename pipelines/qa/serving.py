@@ -29,14 +29,9 @@ refused with ``InvalidArgument`` naming the input.
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
-from pipelines.core.serving import (
-    ServingModule,
-    checked_same_batch,
-    checked_strings,
-)
+from pipelines.core.serving import StringPairModule
 
 SENTENCE_END = r"([.!?])\s+"  # a sentence ends at . ! or ? before a space
 
@@ -108,9 +103,11 @@ def sentence_of_words(words: tf.RaggedTensor) -> tf.RaggedTensor:
     ).merge_dims(1, 2)
 
 
-class StoryAnswerer(ServingModule):
+class StoryAnswerer(StringPairModule):
     """The exported module of a trained `pipelines.qa.model.MemoryQA` or
     `pipelines.qa.model.GenerativeQA`."""
+
+    input_names = ("story", "question")
 
     def __init__(self, model, preprocessors, config, samples):
         super().__init__(model.trainer, name="story_answerer")
@@ -134,10 +131,7 @@ class StoryAnswerer(ServingModule):
         return self.tokenizer.tokenize(strings)[:, : self.max_words]
 
     def answer(self, story, question):
-        story, question = checked_same_batch(
-            ("story", checked_strings("story", story)),
-            ("question", checked_strings("question", question)),
-        )
+        story, question = self.checked_inputs(story, question)
         sentences = split_sentences(story)
         count = sentences.row_lengths()
         kept = tf.minimum(count, self.max_memories)
@@ -230,24 +224,3 @@ class StoryAnswerer(ServingModule):
         attention = tf.einsum("btl,blk->btk", alignments, by_sentence)
         steps = tf.where(written, tf.gather(self.answer_vocab, tokens), "")
         return answer, tf.exp(out["scores"]), attention, {"steps": steps}
-
-    def signatures(self) -> dict:
-        specs = [
-            tf.TensorSpec(None, tf.string, name="story"),
-            tf.TensorSpec(None, tf.string, name="question"),
-        ]
-        return {"serving_default": tf.function(self.answer, input_signature=specs)}
-
-    def traced_answer(self):
-        """`answer` as one ``tf.function`` (traced once, reused for any batch)."""
-        if not hasattr(self, "_traced"):
-            self._traced = self.signatures()["serving_default"]
-        return self._traced
-
-    def warmup_requests(self) -> list[dict]:
-        return [
-            {
-                "story": np.array([s for s, _ in self.samples], dtype=object),
-                "question": np.array([q for _, q in self.samples], dtype=object),
-            }
-        ]

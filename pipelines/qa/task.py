@@ -12,7 +12,7 @@ takes a story and a question as strings.
 from __future__ import annotations
 
 from pipelines.core.run_dir import read_json, write_json
-from pipelines.core.task import Data, Task, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned, served_evaluation
 from pipelines.qa import config as qa_config
 from pipelines.qa.client import QAClient, split_input
 from pipelines.qa.contract import QAContract
@@ -34,10 +34,7 @@ class QATask(Task):
         return qa_config.PRESETS
 
     # -- data ---------------------------------------------------------------
-    def load_data(self, config) -> Data:
-        from pipelines.qa.data import load_data
-
-        return load_data(config)
+    load_data = forward("pipelines.qa.data", "load_data")
 
     def preprocessors(self, run, data, config, create):
         from pipelines.core.text import WordTokenizer, load_tokenizer
@@ -78,10 +75,7 @@ class QATask(Task):
             )
         return "\n".join(lines)
 
-    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
-        from pipelines.qa.data import make_dataset
-
-        return make_dataset(examples, preprocessors, config, training, replicas)
+    make_dataset = forward("pipelines.qa.data", "make_dataset")
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
@@ -126,19 +120,9 @@ class QATask(Task):
 
     # -- evaluation ---------------------------------------------------------
 
-    def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
-        from pipelines.qa.evaluate import evaluate
+    evaluate = served_evaluation("pipelines.qa.evaluate", heatmaps=3)
 
-        answerer = self.serving_module(model, preprocessors, config)
-        return evaluate(
-            run.root, answerer, config, list(examples), args.split,
-            getattr(args, "heatmaps", 3),
-        )  # fmt: skip
-
-    def plot_attention(self, module, config, examples, folder):
-        from pipelines.qa.evaluate import plot_attention
-
-        return plot_attention(module, config, examples, folder)
+    plot_attention = forward("pipelines.qa.evaluate", "plot_attention")
 
     # -- serving ------------------------------------------------------------
     def serving_module(self, model, preprocessors, config):
@@ -147,10 +131,7 @@ class QATask(Task):
         samples = [split_input(text) for text in self.samples(config)]
         return StoryAnswerer(model, preprocessors, config, samples)
 
-    def samples(self, config) -> list[str]:
-        from pipelines.qa.data import samples_for
-
-        return samples_for(config)
+    samples = forward("pipelines.qa.data", "samples_for")
 
 
 TASK = QATask()

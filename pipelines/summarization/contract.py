@@ -3,34 +3,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from pipelines.core.contract_cases import BadRequest, ContractCases, DataCase
+from pipelines.core import contract_cases as cases
 from pipelines.summarization.serving import samples_for
 
 
-class SummarizationContract(ContractCases):
+class SummarizationContract(cases.ContractCases):
     main_inputs = ("text",)
+    source_format = "tsv"
 
     def requests(self, config) -> list[dict]:
-        texts = np.array(samples_for(config), dtype=object)
-        greedy = {"beam_width": np.int32(1), "length_penalty": np.float32(0)}
-        widest = {
-            "beam_width": np.int32(config.decode.beam_width),
-            "length_penalty": np.float32(1.0),
-            "min_length": np.int32(config.tokenizer.max_target_tokens),
-        }
-        return [
-            {"text": texts},
-            {"text": texts, **greedy},
-            {"text": texts[:1], **widest},
-        ]
+        return cases.search_requests(
+            {"text": cases.strings(*samples_for(config))},
+            config.decode.beam_width,
+            length_penalty=np.float32(1.0),
+            min_length=np.int32(config.tokenizer.max_target_tokens),
+        )
 
-    def bad_requests(self, config) -> list[BadRequest]:
-        text = np.array(samples_for(config)[:1], dtype=object)
-        widest = config.decode.beam_width
+    def bad_requests(self, config) -> list[cases.BadRequest]:
+        text = samples_for(config)[0]
         longest = config.tokenizer.max_target_tokens
 
         def empty_summary(out):
@@ -43,56 +35,27 @@ class SummarizationContract(ContractCases):
             assert out["summary"].shape == (0,), out["summary"].shape
             assert out["score"].shape == (0,) and out["p_gen"].shape[0] == 0
 
-        def texts(*rows):
-            return np.array(list(rows), dtype=object)
-
         def options(**values):
-            return {"text": text, **values}
+            return {"text": cases.strings(text), **values}
 
-        penalty = "serving input `length_penalty`"
-        beams = "serving input `beam_width`"
         shortest = "serving input `min_length`"
-        vector = "serving input `text` must be a vector"
         return [
-            BadRequest("nan", options(length_penalty=np.float32("nan")), penalty),
-            BadRequest("inf", options(length_penalty=np.float32("inf")), penalty),
-            BadRequest("negative", options(length_penalty=np.float32(-1)), penalty),
-            BadRequest("beam 0", options(beam_width=np.int32(0)), beams),
-            BadRequest("too wide", options(beam_width=np.int32(widest + 1)), beams),
-            BadRequest("min length -1", options(min_length=np.int32(-1)), shortest),
-            BadRequest(
+            *cases.search_option_cases(
+                {"text": cases.strings(text)}, config.decode.beam_width
+            ),
+            cases.BadRequest(
+                "min length -1", options(min_length=np.int32(-1)), shortest
+            ),
+            cases.BadRequest(
                 "min length too long",
                 options(min_length=np.int32(longest + 1)),
                 shortest,
             ),
-            BadRequest(
-                "beam vector",
-                options(beam_width=np.array([1, 2], np.int32)),
-                beams,
-                python=False,
+            cases.BadRequest(
+                "empty string", {"text": cases.strings("", text)}, check=empty_summary
             ),
-            BadRequest(
-                "empty string", {"text": texts("", text[0])}, check=empty_summary
+            cases.BadRequest(
+                "spaces", {"text": cases.strings("  \t ", text)}, check=empty_summary
             ),
-            BadRequest(
-                "spaces", {"text": texts("  \t ", text[0])}, check=empty_summary
-            ),
-            BadRequest("empty batch", {"text": texts()}, check=empty_batch),
-            BadRequest(
-                "invalid utf-8",
-                {"text": texts(b"ok", b"\xff\xfe")},
-                "serving input `text` must be valid UTF-8",
-            ),
-            BadRequest(
-                "rank 2", {"text": np.array([["a", "b"]], object)}, vector, python=False
-            ),
-            BadRequest("rank 0", {"text": np.array("a", object)}, vector, python=False),
+            *cases.string_input_cases({"text": text}, empty_batch),
         ]
-
-    def data(self, folder) -> dict[str, DataCase]:
-        empty = Path(folder) / "empty.tsv"
-        empty.write_text("")
-        return {
-            "empty_file": DataCase([f"data.source=tsv:{empty}"], str(empty)),
-            "empty_valid": DataCase(["data.valid_fraction=0.0"]),
-        }

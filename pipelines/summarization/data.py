@@ -176,12 +176,8 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
     import tensorflow as tf
 
     import attention_layers as al
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
-    from pipelines.core.text import END, PAD, START, UNK
+    from pipelines.core.datasets import example_order, teacher_forcing_batches
+    from pipelines.core.text import END, START, UNK
 
     tok = config.tokenizer
     pointer = config.model.variant != "baseline"
@@ -195,10 +191,7 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
     source_keys = tf.ragged.map_flat_values(tokenizer.keys, source_words)
     target_keys = tf.ragged.map_flat_values(tokenizer.keys, target_words)
     lengths = source.row_lengths().numpy()
-    if training:
-        order = training_order(len(pairs), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(pairs))
+    order = example_order(len(pairs), config, training)
 
     def example(i):
         s, keys, t = source[i][None], source_keys[i][None], target[i][None]
@@ -214,28 +207,6 @@ def make_dataset(pairs, tokenizer, config, training: bool, replicas: int = 1):
         )
 
     data = order.map(example, num_parallel_calls=tf.data.AUTOTUNE)
-    target_length = tok.max_target_tokens + 1
-
-    def static_shapes(bound):
-        return (tf.stack([bound]), tf.stack([bound]), [target_length], [target_length])
-
-    data = bucket_batches(
-        data,
-        lengths,
-        bucket_boundaries(tok.max_source_tokens),
-        config.train.batch_size,
-        tok.max_source_tokens,
-        replicas=replicas,
-        padding_value=PAD,
-        static=config.train.jit_compile,
-        static_shapes=static_shapes,
+    return teacher_forcing_batches(
+        data, lengths, config, replicas, ("source", "source_ext")
     )
-
-    def as_features(source, source_ext, target_in, target_out):
-        return {
-            "source": source,
-            "source_ext": source_ext,
-            "target_in": target_in,
-        }, target_out
-
-    return data.map(as_features).prefetch(tf.data.AUTOTUNE)

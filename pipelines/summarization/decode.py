@@ -15,7 +15,7 @@ Example:
 >>> tok = WordTokenizer.learn(["the cat sat on the mat ."], vocab_size=10)
 >>> model = PointerSeq2Seq(tok.vocab_size, 4, 4, 4, pointer=True)
 >>> out = summarize(model, tok, tf.constant(["the zorp sat ."]),
-...                 max_source_tokens=8, max_length=5, beam_width=2, min_length=1)
+...                 max_source_tokens=8, max_length=5, max_beam_width=2, min_length=1)
 >>> out["summary"].shape, out["attention"].shape, out["p_gen"].shape
 (TensorShape([1]), TensorShape([1, 5, 4]), TensorShape([1, 5]))
 """
@@ -63,15 +63,16 @@ def summarize(
     *,
     max_source_tokens: int,
     max_length: int,
-    beam_width: int,
-    num_beams=None,
+    max_beam_width: int,
+    beam_width=None,
     length_penalty=0.0,
     min_length=0,
 ) -> dict:
     """The best beam's summary of each string, and what explains it.
 
-    ``beam_width`` (a Python int) sizes the buffers; ``num_beams``,
-    ``length_penalty`` and ``min_length`` may be tensors (serving inputs).
+    ``max_beam_width`` (a Python int) sizes the buffers; ``beam_width`` (the
+    live beams, at most ``max_beam_width``; None: all), ``length_penalty``
+    and ``min_length`` may be tensors (serving inputs).
     Returns ``summary [B]`` strings, ``score [B]`` (``log P / lp``),
     ``length [B]`` (end token included), ``attention [B, T, S]``, ``p_gen
     [B, T]`` (zeros after the end), ``source_tokens [B, S]`` (the words
@@ -81,7 +82,7 @@ def summarize(
     source's words).
     """
     source = source_inputs(tokenizer, strings, max_source_tokens)
-    encoded = tile_beams(model.encode(source["ids"], source["ext"]), beam_width)
+    encoded = tile_beams(model.encode(source["ids"], source["ext"]), max_beam_width)
     batch = tf.shape(source["ids"])[0]
     out = beam_search(
         model.step_fn(encoded),
@@ -89,9 +90,9 @@ def summarize(
         tf.fill([batch], START),
         end_id=END,
         max_length=max_length,
-        beam_width=beam_width,
+        beam_width=max_beam_width,  # the layer's names
         length_penalty=length_penalty,
-        num_beams=num_beams,
+        num_beams=beam_width,
         min_length=min_length,
     )
     tokens = out["tokens"][:, 0]

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pipelines.core.serving import ServingModule, checked_scalar, checked_strings
+from pipelines.core.search import SearchModule, option_specs
+from pipelines.core.serving import checked_scalar, checked_strings
 from pipelines.core.text import PAD
 from pipelines.summarization.decode import summarize
 
@@ -48,23 +49,21 @@ def samples_for(config) -> list[str]:
     return SAMPLES.get(name, SAMPLES["debian"])
 
 
-class Summarizer(ServingModule):
+class Summarizer(SearchModule):
     def __init__(self, model, tokenizer, config):
-        super().__init__(model.trainer, name="summarizer")
+        super().__init__(model.trainer, "summarizer", config.decode)
         self.model = model
         self.tokenizer = tokenizer
         self.max_source = config.tokenizer.max_source_tokens
         self.max_length = config.tokenizer.max_target_tokens + 1  # + [END]
-        self.max_beams = config.decode.beam_width
-        self.default_beam_width = config.decode.default_beam_width
-        self.default_length_penalty = config.decode.length_penalty
         self.default_min_length = config.decode.min_length
         self.samples = samples_for(config)
 
-    def checked_options(self, beam_width, length_penalty, min_length):
+    def checked_options(self, beam_width=None, length_penalty=None, min_length=None):
+        """The search options and ``min_length`` (the defaults for None), checked."""
+        min_length = self.default_min_length if min_length is None else min_length
         return (
-            checked_scalar("beam_width", beam_width, tf.int32, 1, self.max_beams),
-            checked_scalar("length_penalty", length_penalty, tf.float32, 0.0),
+            *super().checked_options(beam_width, length_penalty),
             checked_scalar("min_length", min_length, tf.int32, 0, self.max_length - 1),
         )
 
@@ -72,10 +71,6 @@ class Summarizer(ServingModule):
         self, strings, beam_width=None, length_penalty=None, min_length=None
     ) -> dict:
         """Summaries of a batch of strings, with what explains them."""
-        beam_width = self.default_beam_width if beam_width is None else beam_width
-        if length_penalty is None:
-            length_penalty = self.default_length_penalty
-        min_length = self.default_min_length if min_length is None else min_length
         strings = checked_strings("text", strings)
         beam_width, length_penalty, min_length = self.checked_options(
             beam_width, length_penalty, min_length
@@ -86,8 +81,8 @@ class Summarizer(ServingModule):
             strings,
             max_source_tokens=self.max_source,
             max_length=self.max_length,
-            beam_width=self.max_beams,
-            num_beams=beam_width,
+            max_beam_width=self.max_beam_width,
+            beam_width=beam_width,
             length_penalty=length_penalty,
             min_length=min_length,
         )
@@ -116,9 +111,7 @@ class Summarizer(ServingModule):
                 self.summarize,
                 input_signature=[
                     tf.TensorSpec([None], tf.string),
-                    tf.TensorSpec([], tf.int32),
-                    tf.TensorSpec([], tf.float32),
-                    tf.TensorSpec([], tf.int32),
+                    *option_specs([], min_length=tf.int32),
                 ],
             )
         return self._traced
@@ -132,8 +125,7 @@ class Summarizer(ServingModule):
         C client may feed any shape); the options have defaults in the
         SignatureDef, so TF Serving and C clients may leave them out.
         """
-        beams = tf.constant(self.default_beam_width, tf.int32)
-        alpha = tf.constant(self.default_length_penalty, tf.float32)
+        beams, alpha = self.option_defaults()
         shortest = tf.constant(self.default_min_length, tf.int32)
         text = tf.TensorSpec(None, tf.string, name="text")
 
@@ -141,14 +133,7 @@ class Summarizer(ServingModule):
         def serving_default(text):
             return self.summarize(text)
 
-        @tf.function(
-            input_signature=[
-                text,
-                tf.TensorSpec(None, tf.int32, name="beam_width"),
-                tf.TensorSpec(None, tf.float32, name="length_penalty"),
-                tf.TensorSpec(None, tf.int32, name="min_length"),
-            ]
-        )
+        @tf.function(input_signature=[text, *option_specs(None, min_length=tf.int32)])
         def with_options(
             text, beam_width=beams, length_penalty=alpha, min_length=shortest
         ):

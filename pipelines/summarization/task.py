@@ -12,7 +12,7 @@ attention and ``p_gen``.
 from __future__ import annotations
 
 from pipelines.core.errors import PipelineError
-from pipelines.core.task import Data, Task, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned
 from pipelines.summarization import config as summarization_config
 from pipelines.summarization.client import SummarizationClient
 from pipelines.summarization.contract import SummarizationContract
@@ -34,10 +34,7 @@ class SummarizationTask(Task):
         return summarization_config.PRESETS
 
     # -- data ---------------------------------------------------------------
-    def load_data(self, config) -> Data:
-        from pipelines.summarization.data import load_data
-
-        return load_data(config)
+    load_data = forward("pipelines.summarization.data", "load_data")
 
     def preprocessors(self, run, data, config, create):
         from pipelines.core.text import WordTokenizer, load_tokenizer
@@ -52,34 +49,20 @@ class SummarizationTask(Task):
         )  # fmt: skip
 
     def summary(self, data, preprocessors, config) -> str:
-        from pipelines.core.text import token_lengths
-        from pipelines.data import Splits, summarize
+        from pipelines.data import pair_summary
         from pipelines.summarization.debian import absent_share
 
-        tok = config.tokenizer
-        lines = [summarize(Splits(data.train, data.valid, data.test))] + data.notes
-        lines.append(
+        vocabulary = (
             f"vocabulary (words, both sides): {preprocessors.vocab_size}; "
             f"{absent_share(data.train):.1%} of training summary words are not "
             "in their document"
         )
-        for side, limit, name in (
-            (0, tok.max_source_tokens, "documents"),
-            (1, tok.max_target_tokens, "summaries"),
-        ):
-            texts = [p[side] for p in data.train + data.valid + data.test]
-            lengths = token_lengths(preprocessors, texts)
-            cut = int((lengths > limit).sum())
-            lines.append(
-                f"cut {cut} {name} longer than {limit} tokens "
-                f"(tokenizer.max_{'source' if side == 0 else 'target'}_tokens)"
-            )
-        return "\n".join(lines)
+        return pair_summary(
+            data, (preprocessors, preprocessors), config.tokenizer,
+            ("documents", "summaries"), vocabulary,
+        )  # fmt: skip
 
-    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
-        from pipelines.summarization.data import make_dataset
-
-        return make_dataset(examples, preprocessors, config, training, replicas)
+    make_dataset = forward("pipelines.summarization.data", "make_dataset")
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
@@ -161,15 +144,9 @@ class SummarizationTask(Task):
         return plot_samples(module, [document for document, _ in examples], folder)
 
     # -- serving ------------------------------------------------------------
-    def serving_module(self, model, preprocessors, config):
-        from pipelines.summarization.serving import Summarizer
+    serving_module = forward("pipelines.summarization.serving", "Summarizer")
 
-        return Summarizer(model, preprocessors, config)
-
-    def samples(self, config) -> list[str]:
-        from pipelines.summarization.serving import samples_for
-
-        return samples_for(config)
+    samples = forward("pipelines.summarization.serving", "samples_for")
 
 
 TASK = SummarizationTask()

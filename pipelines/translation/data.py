@@ -88,7 +88,7 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
     similar length (little padding); the target gets ``[START]`` in front of
     the decoder input and ``[END]`` after the expected output. Under a
     strategy with ``replicas`` replicas every batch is cut to a multiple of
-    ``replicas`` rows (`pipelines.core.datasets.bucket_batches`). With
+    ``replicas`` rows (`pipelines.core.datasets.teacher_forcing_batches`). With
     ``train.jit_compile`` the batches take static shapes: sources padded to
     their bucket's bound, targets to ``max_target_tokens + 1``. Training
     batches on one device all have ``train.batch_size`` rows (a bucket's
@@ -97,12 +97,8 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
     """
     import tensorflow as tf
 
-    from pipelines.core.datasets import (
-        bucket_batches,
-        bucket_boundaries,
-        training_order,
-    )
-    from pipelines.core.text import END, PAD, START
+    from pipelines.core.datasets import example_order, teacher_forcing_batches
+    from pipelines.core.text import END, START
 
     tok = config.tokenizer
     source = _ragged_ids(
@@ -112,35 +108,13 @@ def make_dataset(pairs, tokenizers, config, training: bool, replicas: int = 1):
         tokenizers.target, [t for _, t in pairs], tok.max_target_tokens
     )
     lengths = source.row_lengths().numpy()
-    if training:
-        order = training_order(len(pairs), config.train.seed)
-    else:
-        order = tf.data.Dataset.range(len(pairs))
+    order = example_order(len(pairs), config, training)
 
     def add_markers(i):
         s, t = source[i], target[i]
         return s, tf.concat([[START], t], 0), tf.concat([t, [END]], 0)
 
     data = order.map(add_markers, num_parallel_calls=tf.data.AUTOTUNE)
-    target_length = tok.max_target_tokens + 1
-
-    def static_shapes(bound):
-        return (tf.stack([bound]), [target_length], [target_length])
-
-    data = bucket_batches(
-        data,
-        lengths,
-        bucket_boundaries(tok.max_source_tokens),
-        config.train.batch_size,
-        tok.max_source_tokens,
-        replicas=replicas,
-        padding_value=PAD,
-        static=config.train.jit_compile,
-        static_shapes=static_shapes,
-        full_batches=training and replicas == 1,
+    return teacher_forcing_batches(
+        data, lengths, config, replicas, full_batches=training and replicas == 1
     )
-
-    def as_features(source, target_in, target_out):
-        return {"source": source, "target_in": target_in}, target_out
-
-    return data.map(as_features).prefetch(tf.data.AUTOTUNE)

@@ -20,8 +20,12 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pipelines.core.compiled import call_bucketed, xla
-from pipelines.core.search import best_hypothesis, checked_search_options
-from pipelines.core.serving import ServingModule, checked_ids, checked_strings
+from pipelines.core.search import (
+    SearchModule,
+    best_hypothesis,
+    option_specs,
+)
+from pipelines.core.serving import checked_ids, checked_strings
 from pipelines.core.text import PAD
 
 SAMPLES = {
@@ -40,19 +44,16 @@ def samples_for(config) -> list[str]:
     return SAMPLES.get(name, SAMPLES["bible"])
 
 
-class Translator(ServingModule):
+class Translator(SearchModule):
     compiles_decoding = True
 
     def __init__(self, model, source_tokenizer, target_tokenizer, config):
-        super().__init__(model.trainer, name="translator")
+        super().__init__(model.trainer, "translator", config.decode)
         self.model = model
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.max_source = config.tokenizer.max_source_tokens
         self.max_length = config.tokenizer.max_target_tokens + 1  # + [END]
-        self.max_beams = config.decode.beam_width
-        self.default_beam_width = config.decode.default_beam_width
-        self.default_length_penalty = config.decode.length_penalty
         self.samples = samples_for(config)
         self.jit_compile = config.export.jit_compile
         if self.jit_compile:
@@ -69,9 +70,6 @@ class Translator(ServingModule):
         ids = tf.pad(ids, [[0, 0], [0, 1]])[:, : tf.maximum(tf.shape(ids)[1], 1)]
         return ids, lengths
 
-    def checked_options(self, beam_width, length_penalty):
-        return checked_search_options(beam_width, length_penalty, self.max_beams)
-
     def decode_ids(self, source_ids, beam_width, length_penalty) -> dict:
         """Token ids, scores, lengths and alignments of the best hypothesis.
 
@@ -82,7 +80,7 @@ class Translator(ServingModule):
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         out = best_hypothesis(
             self.model, self.model.encode(source_ids), tf.shape(source_ids)[0],
-            self.max_length, self.max_beams, beam_width, length_penalty,
+            self.max_length, self.max_beam_width, beam_width, length_penalty,
             source_length=tf.shape(source_ids)[1],
         )  # fmt: skip
         # A source with no tokens has nothing to translate: a defined result.
@@ -114,20 +112,12 @@ class Translator(ServingModule):
         if not hasattr(self, "_traced"):
             self._traced = tf.function(
                 self.translate,
-                input_signature=[
-                    tf.TensorSpec([None], tf.string),
-                    tf.TensorSpec([], tf.int32),
-                    tf.TensorSpec([], tf.float32),
-                ],
+                input_signature=[tf.TensorSpec([None], tf.string), *option_specs([])],
             )
         return self._traced
 
     def translate(self, strings, beam_width=None, length_penalty=None) -> dict:
         """Translations and what explains them, for a batch of strings."""
-        if beam_width is None:
-            beam_width = self.default_beam_width
-        if length_penalty is None:
-            length_penalty = self.default_length_penalty
         strings = checked_strings("source", strings)
         beam_width, length_penalty = self.checked_options(beam_width, length_penalty)
         source_ids, source_length = self.source_ids(strings)
@@ -169,13 +159,9 @@ class Translator(ServingModule):
         SignatureDef (``PlaceholderWithDefault``), so TF Serving and C clients
         may leave them out.
         """
-        beams = tf.constant(self.default_beam_width, tf.int32)
-        alpha = tf.constant(self.default_length_penalty, tf.float32)
+        beams, alpha = self.option_defaults()
         source = tf.TensorSpec(None, tf.string, name="source")
-        options = [
-            tf.TensorSpec(None, tf.int32, name="beam_width"),
-            tf.TensorSpec(None, tf.float32, name="length_penalty"),
-        ]
+        options = option_specs(None)
 
         @tf.function(input_signature=[source])
         def serving_default(source):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pipelines.core.task import Data, Task, saved_or_learned
+from pipelines.core.task import Task, forward, saved_or_learned
 from pipelines.translation import config as translation_config
 from pipelines.translation.client import TranslationClient
 from pipelines.translation.contract import TranslationContract
@@ -44,10 +44,7 @@ class TranslationTask(Task):
         return translation_config.PRESETS
 
     # -- data ---------------------------------------------------------------
-    def load_data(self, config) -> Data:
-        from pipelines.translation.data import load_data
-
-        return load_data(config)
+    load_data = forward("pipelines.translation.data", "load_data")
 
     def preprocessors(self, run, data, config, create) -> Tokenizers:
         from pipelines.core.text import learn_tokenizer, load_tokenizer
@@ -70,34 +67,18 @@ class TranslationTask(Task):
         )  # fmt: skip
 
     def summary(self, data, preprocessors, config) -> str:
-        from pipelines.core.text import token_lengths
-        from pipelines.data import Splits, summarize
+        from pipelines.data import pair_summary
 
         tok = config.tokenizer
-        lines = [summarize(Splits(data.train, data.valid, data.test))] + data.notes
-        lines.append(
+        vocabulary = (
             f"vocabularies ({tok.kind}): source {preprocessors.source.vocab_size}, "
             f"target {preprocessors.target.vocab_size}"
         )
-        for side, limit, name in (
-            (0, tok.max_source_tokens, "sources"),
-            (1, tok.max_target_tokens, "targets"),
-        ):
-            lengths = token_lengths(
-                getattr(preprocessors, ("source", "target")[side]),
-                [p[side] for p in data.train + data.valid + data.test],
-            )
-            cut = int((lengths > limit).sum())
-            lines.append(
-                f"cut {cut} {name} longer than {limit} tokens "
-                f"(tokenizer.max_{name[:-1]}_tokens)"
-            )
-        return "\n".join(lines)
+        return pair_summary(
+            data, preprocessors, tok, ("sources", "targets"), vocabulary
+        )
 
-    def make_dataset(self, examples, preprocessors, config, training, replicas=1):
-        from pipelines.translation.data import make_dataset
-
-        return make_dataset(examples, preprocessors, config, training, replicas)
+    make_dataset = forward("pipelines.translation.data", "make_dataset")
 
     # -- model --------------------------------------------------------------
     def build_model(self, config, preprocessors):
@@ -138,10 +119,7 @@ class TranslationTask(Task):
 
         return Translator(model, preprocessors.source, preprocessors.target, config)
 
-    def samples(self, config) -> list[str]:
-        from pipelines.translation.serving import samples_for
-
-        return samples_for(config)
+    samples = forward("pipelines.translation.serving", "samples_for")
 
 
 TASK = TranslationTask()

@@ -163,10 +163,10 @@ def test_a_saved_model_writes_copied_words_as_the_source_strings(
                 tf.TensorSpec([], tf.int32),
             ]
         )
-        def serve(self, text, num_beams):
+        def serve(self, text, beam_width):
             return summarize(
                 model, tok, text, max_source_tokens=6, max_length=4,
-                beam_width=3, num_beams=num_beams, min_length=1,
+                max_beam_width=3, beam_width=beam_width, min_length=1,
             )  # fmt: skip
 
     module = Summarizer(model.trainer, name="summarizer")
