@@ -113,3 +113,14 @@ def test_captioning_baseline_is_the_most_common_training_caption():
     assert baseline["exact_match"] == round(1 / 3, 4)
     assert baseline["bleu"] == caption_bleu(["three one"] * 3, references)["bleu"]
     assert "bleu_signature" not in baseline
+
+
+def test_captioning_prints_localisation_only_where_it_was_graded():
+    from pipelines.captioning.evaluate import LOCALISATION, _rows
+
+    keys = [key for _, key, _ in _rows({"greedy": {"bleu": 1.0}})]
+    assert keys == ["bleu", "exact_match"]
+    graded = {"greedy": {"cider": 1.0, "localisation": 0.5, "localised_words": 9}}
+    keys = [key for _, key, _ in _rows(graded)]
+    assert keys == ["bleu", "cider", "exact_match", "localisation", "localised_words"]
+    assert LOCALISATION.startswith("localisation: ")
