@@ -124,3 +124,118 @@ def test_captioning_prints_localisation_only_where_it_was_graded():
     keys = [key for _, key, _ in _rows(graded)]
     assert keys == ["bleu", "cider", "exact_match", "localisation", "localised_words"]
     assert LOCALISATION.startswith("localisation: ")
+
+
+def test_captioning_evaluate_prints_its_scores_beside_the_baseline(
+    tmp_path, capsys, monkeypatch
+):
+    """Captions stood in for the model's (no model traced): ``metrics.json``
+    holds the training split's most common caption scored on the same
+    images, and the table prints it beside the decoding's scores, the
+    localisation with its one-line definition."""
+    import numpy as np
+
+    from pipelines.captioning import evaluate as module
+    from pipelines.captioning.config import preset
+    from pipelines.captioning.task import TASK
+
+    config = preset("tiny")
+    data = TASK.load_data(config)
+    examples = data.test[:6]
+    written = [e.captions[0] for e in examples[:3]] + ["zero"] * 3
+
+    def caption_images(server, pixels, beam_width, batch_size, progress=True):
+        steps = 1 + max(len(c.split()) for c in written)
+        return {
+            "caption": np.array([c.encode() for c in written], dtype=object),
+            "attention": np.zeros((len(written), steps, 2, 6), "float32"),
+        }
+
+    monkeypatch.setattr(module, "caption_images", caption_images)
+    metrics = module.evaluate(tmp_path, None, config, examples, "test", (1,), plots=0)
+    greedy = metrics["decoding"]["greedy"]
+    assert greedy["exact_match"] == 0.5 and "localisation" in greedy
+    captions = [" ".join(c.lower().split()) for e in data.train for c in e.captions]
+    baseline = metrics["baselines"]["most_common_caption"]
+    assert baseline["caption"] == max(captions, key=captions.count)
+    references = [tuple(c.lower() for c in e.captions) for e in examples]
+    exact = np.mean([baseline["caption"] in r for r in references])
+    assert baseline["exact_match"] == round(float(exact), 4)
+    bleu = module.caption_bleu([baseline["caption"]] * 6, references)["bleu"]
+    assert baseline["bleu"] == bleu
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("  BLEU-4 ")]
+    assert row.split() == ["BLEU-4", f"{greedy['bleu']:.2f}", "|", f"{bleu:.2f}"]
+    (row,) = [line for line in out.splitlines() if line.startswith("  exact match")]
+    assert row.split()[2:] == ["50.00%", "|", f"{exact:.2%}"]
+    assert f"  {module.LOCALISATION}" in out
+    assert "localisation_overlap" not in greedy and "right digit" not in out
+
+
+def test_extractive_evaluate_prints_its_scores_beside_the_baseline(tmp_path, capsys):
+    """Answers stood in for the model's: ``evaluate`` prints exact match and
+    F1 (it printed only a count and a time) beside the training split's most
+    common answer, scored on the same questions."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+
+    from pipelines.extractive.config import preset
+    from pipelines.extractive.evaluate import evaluate
+    from pipelines.extractive.task import TASK
+
+    config = preset("tiny")
+    data = TASK.load_data(config)
+    examples = data.test[:8]
+    written = [e.answers[0] for e in examples[:6]] + ["nowhere", "nothing"]
+
+    def answer(contexts, questions):
+        assert len(contexts) == len(questions) <= len(written)
+        return {"answer": tf.constant(written[: len(contexts)]),
+                "score": tf.zeros([len(contexts)])}  # fmt: skip
+
+    answerer = SimpleNamespace(traced_answer=lambda: answer)
+    metrics = evaluate(tmp_path, answerer, config, examples, "test", heatmaps=0)
+    assert metrics["exact_match"] == 75.0
+    answers = [e.answers[0] for e in data.train]
+    baseline = metrics["baselines"]["most_common_answer"]
+    assert baseline["answer"] == max(answers, key=answers.count)
+    hits = sum(baseline["answer"] in e.answers for e in examples)
+    assert baseline["exact_match"] == round(100 * hits / 8, 2)
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("  exact match")]
+    assert row.split()[2:] == ["75.00", "|", f"{baseline['exact_match']:.2f}"]
+    assert "  F1 " in out and "phrasings" in out
+
+
+def test_summarization_evaluate_prints_rouge_beside_lead_1(
+    tmp_path, capsys, monkeypatch
+):
+    """Summaries stood in for the model's: the table holds the model's ROUGE
+    beside lead-1's on the same documents."""
+    from types import SimpleNamespace
+
+    from pipelines.summarization import evaluate as module
+    from pipelines.summarization.config import preset
+    from pipelines.summarization.task import TASK
+
+    config = preset("tiny")
+    data = TASK.load_data(config)
+    pairs = data.test[:5]
+    written = [summary for _, summary in pairs]  # every summary right
+
+    def summarize_texts(summarizer, texts, beam_width, min_length, batch_size):
+        return {"summary": written, "p_gen_sum": [1.0] * 5, "length": [2] * 5,
+                "words": [set(s.split()) for s in written]}  # fmt: skip
+
+    monkeypatch.setattr(module, "summarize_texts", summarize_texts)
+    tokenizer = TASK.preprocessors(None, data, config, create=False)
+    summarizer = SimpleNamespace(tokenizer=tokenizer)
+    metrics = module.evaluate(tmp_path, summarizer, config, pairs, "test", heatmaps=0)
+    assert metrics["rouge1"] == 100.0
+    lead_1 = metrics["baselines"]["lead_1"]
+    want = module.baselines([d for d, _ in pairs], written)["lead_1"]
+    assert lead_1 == want and lead_1["rouge1"] < 100.0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("  ROUGE-1 ")]
+    assert row.split() == ["ROUGE-1", "100.00", "|", f"{lead_1['rouge1']:.2f}"]

@@ -352,34 +352,6 @@ def test_greedy_and_beam_decoding_return_the_same_fields(untrained):
     assert captioning_data.is_image(data.test[0].image)
 
 
-def test_evaluate_prints_the_scores_beside_the_most_common_caption(
-    untrained, tmp_path, capsys
-):
-    """``metrics.json``'s baseline is the training split's most common
-    caption, scored like the model on the same images and printed beside
-    its scores; the localisation is printed with its one-line definition."""
-    from pipelines.captioning.evaluate import evaluate
-
-    config, data, _, _, module = untrained
-    examples = data.test[:6]
-    metrics = evaluate(tmp_path, module, config, examples, "test", (1,), plots=0)
-    captions = [" ".join(c.lower().split()) for e in data.train for c in e.captions]
-    baseline = metrics["baselines"]["most_common_caption"]
-    assert baseline["caption"] == max(captions, key=captions.count)
-    references = [tuple(c.lower() for c in e.captions) for e in examples]
-    exact = np.mean([baseline["caption"] in r for r in references])
-    assert baseline["exact_match"] == round(float(exact), 4)
-    want = caption_bleu([baseline["caption"]] * 6, references)["bleu"]
-    assert baseline["bleu"] == want
-    out = capsys.readouterr().out
-    (row,) = [line for line in out.splitlines() if line.startswith("  BLEU-4 ")]
-    greedy = metrics["decoding"]["greedy"]
-    assert row.split() == ["BLEU-4", f"{greedy['bleu']:.2f}", "|", f"{want:.2f}"]
-    if "localisation" in greedy:
-        assert "  localisation: of the written words right at their position" in out
-    assert "right digit" not in out and "localisation_overlap" not in greedy
-
-
 def test_an_xla_compiled_search_captions_as_the_plain_one(untrained):
     """``export.jit_compile=true``: the search compiled by XLA on a batch
     padded to a power of two (3 rows to 4) gives the plain module's outputs."""
