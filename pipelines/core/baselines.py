@@ -23,7 +23,7 @@ Example:
   copy source: the source
 >>> in_brief({"baselines": {"lead_1": {"what": "", "rouge1": 38.68}}},
 ...          [("ROUGE-1", "rouge1", ".1f")])
-' (baseline: lead 1 ROUGE-1 38.7)'
+' (baseline: lead-1 ROUGE-1 38.7)'
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ def lead(text: str) -> str:
 
 
 def label(name: str) -> str:
-    """A baseline's column heading: its ``metrics.json`` key in words."""
-    return name.replace("_", " ")
+    """A baseline's column heading: its ``metrics.json`` key in words
+    (``lead_1`` is ``lead-1``)."""
+    return re.sub(r"_(?=\d)", "-", name).replace("_", " ")
 
 
 def table(
