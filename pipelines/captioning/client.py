@@ -41,9 +41,9 @@ class CaptioningClient(Client):
         )  # fmt: skip
         return (
             f"BLEU-4 {best['bleu']:.2f}, exact match {best['exact_match']:.2%}"
+            f"{where} on the {metrics['split']} split"
             + in_brief(metrics, [("BLEU-4", "bleu", ".2f"),
                                  ("exact match", "exact_match", ".2%")])
-            + f"{where} on the {metrics['split']} split"
         )  # fmt: skip
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
