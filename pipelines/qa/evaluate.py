@@ -210,7 +210,10 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
         )
     write_text(root / "answers.tsv", "\n".join(rows) + "\n")
     plot_attention(answerer, config, examples[:heatmaps], root / "plots")
-    print(report(metrics, TASK_NAMES))
+    print(
+        f"Scores on the {len(examples)} {split} questions, beside a trivial "
+        f"baseline:\n{report(metrics, TASK_NAMES)}"
+    )
     return metrics
 
 

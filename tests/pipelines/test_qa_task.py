@@ -284,6 +284,7 @@ def test_evaluate_scores_per_task_and_writes_its_files(setup, tmp_path, capsys):
         entry = metrics["tasks"][task]["baselines"]["most_common_answer"]
         assert entry["accuracy"] == pytest.approx(share)
     # Printed beside the model's accuracy.
+    assert "Scores on the 60 test questions, beside a trivial baseline:" in out
     (row,) = [line for line in out.splitlines() if line.startswith("all ")]
     assert row.split()[1:4] == [
         "60",
