@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.core.baselines import in_brief
 from pipelines.core.client import (
     Client,
     add_beam_widths,
@@ -34,13 +35,16 @@ class CaptioningClient(Client):
     def evaluation_summary(self, metrics: dict) -> str:
         best = max(metrics["decoding"].values(), key=lambda s: s["exact_match"])
         where = (
-            f", attention on the right digit {best['localisation']:.2%}"
+            f", localisation {best['localisation']:.2%} (attention peak centred "
+            "in the word's box)"
             if "localisation" in best else ""
         )  # fmt: skip
         return (
             f"BLEU-4 {best['bleu']:.2f}, exact match {best['exact_match']:.2%}"
             f"{where} on the {metrics['split']} split"
-        )
+            + in_brief(metrics, [("BLEU-4", "bleu", ".2f"),
+                                 ("exact match", "exact_match", ".2%")])
+        )  # fmt: skip
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_search_arguments(parser)

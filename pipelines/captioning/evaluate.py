@@ -8,12 +8,16 @@
   toolkit's PTB tokenizer needs Java).
 * **Exact match**: the share of images whose caption equals one of its
   references (lowercase, whitespace collapsed).
-* **Attention localisation** (images with boxes: digit strips, scenes):
-  over the written words that are right at their position (word ``k``
-  equals the reference's word ``k``) and name an object, the share whose
-  attention peaks in a grid cell whose centre lies inside that object's
-  box; ``localisation_overlap``, a diagnostic, counts a peak cell that
-  merely overlaps the box.
+* **Localisation** (images with boxes: digit strips, scenes): over the
+  written words that are right at their position (word ``k`` equals the
+  reference's word ``k``) and name an object, the share whose attention
+  peaks in a grid cell whose centre lies inside that object's box
+  (``localised_words`` is how many were graded). ``peak_cell_overlaps_box``,
+  a looser diagnostic that is not the localisation, also counts a peak cell
+  that only shares some area with the box.
+* **Baselines** (``baselines``): ``most_common_caption``, the training
+  split's most common caption written for every image, scored with the same
+  BLEU-4, CIDEr-D and exact match.
 
 Writes ``captions.tsv`` (image, references, one column per decoding, the
 words whose peak missed their box) and ``plots/attention_*.png`` (each
@@ -36,6 +40,11 @@ from pipelines.core.run_dir import write_text
 from pipelines.core.search import check_beam_widths
 
 CAPTIONS = "captions.tsv"
+# One line where localisation is printed: what it counts.
+LOCALISATION = (
+    "localisation: of the written words right at their position that name an "
+    "object, the share whose attention peaks in a cell centred inside its box"
+)
 
 
 def normalize(caption: str) -> str:
@@ -198,15 +207,40 @@ def score_captions(out, examples, config) -> tuple[dict, list[str], list[str]]:
                                if h is False))  # fmt: skip
     if checked:
         scores["localisation"] = round(hit / checked, 4)
-        scores["localisation_overlap"] = round(touched / checked, 4)
         scores["localised_words"] = checked
+        scores["peak_cell_overlaps_box"] = round(touched / checked, 4)
     return scores, hypotheses, missed
 
 
+def most_common_caption(
+    train_captions: list[str], references: list[tuple[str, ...]]
+) -> dict:
+    """The ``most_common_caption`` baseline: the most common of
+    ``train_captions`` (normalised) for every image, scored against
+    ``references`` (normalised) as the model's captions are."""
+    from pipelines.core.baselines import most_common
+
+    caption = most_common(normalize(c) for c in train_captions)
+    hypotheses = [caption] * len(references)
+    scores = caption_bleu(hypotheses, references)
+    del scores["bleu_signature"]
+    scores.update(caption_cider(hypotheses, references))
+    exact = [caption in r for r in references]
+    scores["exact_match"] = round(float(np.mean(exact)), 4)
+    what = f"the most common training caption ({caption!r}) for every image"
+    return {"what": what, "caption": caption, **scores}
+
+
 def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3,
-             robustness=False):  # fmt: skip
+             robustness=False, train_captions=None):  # fmt: skip
     """Caption ``examples`` greedily and with beams; write the TSV and plots;
-    with ``robustness``, score the layouts of `robustness_rows` too."""
+    with ``robustness``, score the layouts of `robustness_rows` too.
+
+    ``train_captions`` (every caption of the training split, loaded from
+    ``config`` when not given) give the ``most_common_caption`` baseline.
+    """
+    from pipelines.core.baselines import table
+
     run_dir = Path(run_dir)
     beam_widths = check_beam_widths(beam_widths, config.decode)
     pixels = decoded(examples, config)
@@ -225,7 +259,20 @@ def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3
         scores["seconds"] = round(time.time() - t0, 1)
         results["decoding"][name] = scores
         first = first or out
-        print(f"  {name}: {_scores_line(scores)}  ({scores['seconds']} s)")
+        print(f"  {name} done in {scores['seconds']} s")
+    if train_captions is None:
+        from pipelines.captioning.data import load_data
+
+        train_captions = [c for e in load_data(config).train for c in e.captions]
+    baseline = most_common_caption(train_captions, references)
+    results["baselines"] = {"most_common_caption": baseline}
+    rows = _rows(results["decoding"])
+    print(
+        f"Scores on the {len(examples)} {split} images, beside a trivial baseline:\n"
+        + table(results["decoding"], results["baselines"], rows)
+    )
+    if any(key == "localisation" for _, key, _ in rows):
+        print(f"  {LOCALISATION}")
     header = ["image", "references"]
     for name in columns:
         header += [name, f"{name}_missed_box"]
@@ -251,18 +298,17 @@ def evaluate(run_dir, server, config, examples, split, beam_widths=None, plots=3
     return results
 
 
-def _scores_line(scores: dict) -> str:
-    where = (
-        f"  localisation {scores['localisation']:.2%} of "
-        f"{scores['localised_words']} words ({scores['localisation_overlap']:.2%} "
-        "with the peak cell on the box)"
-        if "localisation" in scores else ""
-    )  # fmt: skip
-    cider = f"  CIDEr-D {scores['cider']:.3f}" if "cider" in scores else ""
-    return (
-        f"BLEU-4 {scores['bleu']:.2f}{cider}  exact match "
-        f"{scores['exact_match']:.2%}{where}"
-    )
+def _rows(decodings: dict) -> list[tuple[str, str, str]]:
+    """The rows of the scores table: CIDEr-D where it was computed, the
+    localisation where the images have boxes."""
+    rows = [("BLEU-4", "bleu", ".2f")]
+    if any("cider" in s for s in decodings.values()):
+        rows.append(("CIDEr-D", "cider", ".3f"))
+    rows.append(("exact match", "exact_match", ".2%"))
+    if any("localisation" in s for s in decodings.values()):
+        rows += [("localisation", "localisation", ".2%"),
+                 ("localised words", "localised_words", "d")]  # fmt: skip
+    return rows
 
 
 def robustness_rows(server, config, examples, layouts=None) -> dict:
@@ -276,7 +322,7 @@ def robustness_rows(server, config, examples, layouts=None) -> dict:
     rows: dict = {}
     print(f"Robustness: {len(examples)} test images per layout, "
           f"beam width {width} (the export's default)")  # fmt: skip
-    print(f"  {'layout':<16} {'exact':>7} {'localised':>10}  what changed")
+    print(f"  {'layout':<16} {'exact':>7} {'localisation':>12}  what changed")
     for layout in layouts or layouts_for(config):
         changed = make_examples(layout, config, len(examples), examples)
         out = caption_images(server, decoded(changed, config), width,
@@ -289,6 +335,6 @@ def robustness_rows(server, config, examples, layouts=None) -> dict:
             row["localisation"] = scores["localisation"]
             where = f"{scores['localisation']:.2%}"
         rows[layout.name] = row
-        print(f"  {layout.name:<16} {scores['exact_match']:>7.2%} {where:>10}  "
+        print(f"  {layout.name:<16} {scores['exact_match']:>7.2%} {where:>12}  "
               f"{layout.what}")  # fmt: skip
     return rows

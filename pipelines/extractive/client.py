@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.core.baselines import in_brief
 from pipelines.core.client import Client
 from pipelines.core.errors import PipelineError
 
@@ -24,8 +25,11 @@ class ExtractiveClient(Client):
         extra = f"; held-out phrasings F1 {held['f1']:.1f}" if held else ""
         return (
             f"exact match {metrics['exact_match']:.1f}, F1 {metrics['f1']:.1f} on "
-            f"the {metrics['split']} split{extra}"
-        )
+            f"the {metrics['split']} split"
+            + in_brief(metrics, [("exact match", "exact_match", ".1f"),
+                                 ("F1", "f1", ".1f")])
+            + extra
+        )  # fmt: skip
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--plot", help="write the first answer's span plot here")

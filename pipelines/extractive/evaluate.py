@@ -5,6 +5,8 @@
   the split, and by group: ``by_phrasing`` (``seen`` questions are worded as
   in training, ``held_out`` in wordings only the test split has) and
   ``by_field`` (capital, borders, ...).
+* ``baselines``: ``most_common_answer``, the training split's most common
+  answer given to every question, with the same exact match and F1.
 * ``answers.tsv``: every question, its gold answers, the prediction, its
   score and F1; ``plots/span_*.png``: the passage with each token shaded by
   the model's start and end probabilities, the gold answer boxed.
@@ -13,6 +15,10 @@ Example:
 
 >>> group_scores(["Paris", "x"], [["Paris"], ["Rome"]], ["capital", "capital"])
 {'capital': {'count': 2, 'exact_match': 50.0, 'f1': 50.0}}
+>>> baseline = most_common_answer(["Africa", "Paris", "Africa"],
+...                               [["Africa"], ["Europe", "Africa"], ["Rome"]])
+>>> baseline["answer"], baseline["exact_match"]
+('Africa', 66.67)
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.core.run_dir import write_text
+
+ROWS = (("exact match", "exact_match", ".2f"), ("F1", "f1", ".2f"))
 
 
 def group_scores(predictions, golds, groups) -> dict:
@@ -49,6 +57,23 @@ def group_scores(predictions, golds, groups) -> dict:
             "f1": scores["squad_f1"],
         }
     return out
+
+
+def most_common_answer(train_answers: Sequence[str], golds: Sequence) -> dict:
+    """The ``most_common_answer`` baseline: the most common of
+    ``train_answers`` (the training split's first gold answers) for every
+    question, scored against ``golds`` as the model's answers are."""
+    from pipelines.core.baselines import most_common
+
+    answer = most_common(train_answers)
+    scores = group_scores([answer] * len(golds), golds, ["all"] * len(golds))
+    scores = scores.get("all", {"exact_match": 0.0, "f1": 0.0})
+    return {
+        "what": f"the most common training answer ({answer!r}) for every question",
+        "answer": answer,
+        "exact_match": scores["exact_match"],
+        "f1": scores["f1"],
+    }
 
 
 def span_heatmap(
@@ -122,11 +147,19 @@ def _heatmap(answerer, example, path, gold_span, prediction) -> Path:
 
 
 def evaluate(
-    root, answerer, config, examples: Sequence, split: str, heatmaps: int = 3
-) -> dict:
+    root, answerer, config, examples: Sequence, split: str, heatmaps: int = 3,
+    train_answers: Sequence[str] | None = None,
+) -> dict:  # fmt: skip
     """Answer ``examples`` with ``answerer`` (a `SpanAnswerer`); write
-    ``answers.tsv`` and the heatmaps in ``root``; return the metrics."""
+    ``answers.tsv`` and the heatmaps in ``root``; print the scores beside
+    the baseline's; return the metrics.
+
+    ``train_answers`` (the training split's first gold answers, loaded from
+    ``config`` when not given) give the ``most_common_answer`` baseline.
+    """
     import tensorflow as tf
+
+    from pipelines.core.baselines import table
 
     serve = answerer.traced_answer()
     t0 = time.time()
@@ -156,6 +189,23 @@ def evaluate(
             predictions, golds, [e.field or "-" for e in examples]
         ),
     }
+    if train_answers is None:
+        from pipelines.extractive.data import load_data
+
+        train_answers = [e.answers[0] for e in load_data(config).train]
+    baseline = most_common_answer(train_answers, golds)
+    metrics["baselines"] = {"most_common_answer": baseline}
+    phrasings = "; ".join(
+        f"{'held-out' if name == 'held_out' else name} phrasings ({group['count']}): "
+        f"exact match {group['exact_match']:.2f}, F1 {group['f1']:.2f}"
+        for name, group in metrics["by_phrasing"].items()
+    )
+    print(
+        f"Scores on the {len(examples)} {split} questions (SQuAD exact match and "
+        "F1, 0-100), beside a trivial baseline:\n"
+        + table({"model": metrics}, metrics["baselines"], ROWS)
+        + (f"\n  by phrasing: {phrasings}" if phrasings else "")
+    )
     root = Path(root)
     _write_answers(root / "answers.tsv", examples, predictions, scores)
     plot_attention(answerer, config, examples[:heatmaps], root / "plots",

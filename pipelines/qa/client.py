@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.core.baselines import in_brief
 from pipelines.core.client import Client
 from pipelines.core.errors import PipelineError
 from pipelines.qa.babi import split_story
@@ -24,7 +25,9 @@ class QAClient(Client):
         row = metrics.get("attention_rows", "hop")
         hops = f"; attention on a supporting fact {hit[0]:.0%} ({row} 1)" if hit else ""
         return (
-            f"accuracy {metrics['accuracy']:.1%} on the {metrics['split']} split{hops}"
+            f"accuracy {metrics['accuracy']:.1%} on the {metrics['split']} split"
+            + in_brief(metrics, [("accuracy", "accuracy", ".1%")])
+            + hops
         )
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:

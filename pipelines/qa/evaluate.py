@@ -7,6 +7,9 @@ the supporting facts.
 * ``attention_hit``: per hop, the share of questions with supporting facts
   whose most-attended sentence is one of them (and per task), plus
   ``attention_hit_any``: the share where some hop's peak is on one.
+* ``baselines``: ``most_common_answer``, the training split's most common
+  answer given to every question, its ``accuracy`` over the split (and in
+  each task's entry, over that task's questions).
 * ``answers.tsv`` (every question, its answer, the prediction and each
   hop's most-attended sentence) and ``plots/attention_*.png``.
 
@@ -16,6 +19,9 @@ Example:
 >>> attention = np.array([[[0.1, 0.9], [0.8, 0.2]]])  # 1 question, 2 hops
 >>> attention_hits(attention, [(1,)])
 array([[ True, False]])
+>>> baseline = most_common_answer(["garden", "yes", "garden"], ["garden", "no"])
+>>> baseline["answer"], baseline["accuracy"]
+('garden', 0.5)
 """
 
 from __future__ import annotations
@@ -28,6 +34,21 @@ import numpy as np
 
 # MemN2N test error (%) on the 1k bAbI tasks: 3 hops, PE LS RN (table 1).
 MEMN2N_1K_ERROR = {1: 0.1, 2: 8.2, 3: 41.8, 6: 7.9, 7: 20.3, 8: 11.7, 11: 0.7, 15: 0.0}
+
+
+def most_common_answer(train_answers: Sequence[str], truth: Sequence[str]) -> dict:
+    """The ``most_common_answer`` baseline: the most common of
+    ``train_answers`` (the training split's) for every question, and the
+    share of ``truth`` it gets right (as ``accuracy`` counts the model's)."""
+    from pipelines.core.baselines import most_common
+
+    answer = most_common(train_answers)
+    right = sum(answer == t for t in truth)
+    return {
+        "what": f"the most common training answer ({answer!r}) for every question",
+        "answer": answer,
+        "accuracy": right / len(truth) if truth else 0.0,
+    }
 
 
 def attention_hits(attention: np.ndarray, supporting: Sequence[Sequence[int]]):
@@ -111,8 +132,13 @@ def plot_attention(answerer, config, examples, folder) -> list[Path]:
     ]
 
 
-def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3):
-    """Answer ``examples`` with a `StoryAnswerer`; returns metrics.json's body."""
+def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3,
+             train_answers: Sequence[str] | None = None):  # fmt: skip
+    """Answer ``examples`` with a `StoryAnswerer`; returns metrics.json's body.
+
+    ``train_answers`` (the training split's answers, loaded from ``config``
+    when not given) give the ``most_common_answer`` baseline.
+    """
     import tensorflow as tf
 
     from pipelines.core.run_dir import write_text
@@ -149,6 +175,12 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
         "step" if config.model.architecture == "encoder_decoder" else "hop"
     )
     metrics["accuracy"] = float(correct.mean()) if len(correct) else 0.0
+    if train_answers is None:
+        from pipelines.qa.data import load_data
+
+        train_answers = [e.answer for e in load_data(config).train]
+    baseline = most_common_answer(train_answers, truth)
+    metrics["baselines"] = {"most_common_answer": baseline}
     metrics.update(_attention_metrics(hits, has_facts))
     by_task = defaultdict(list)
     for i, e in enumerate(examples):
@@ -156,9 +188,11 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
     tasks = {}
     for task, rows in sorted(by_task.items()):
         rows = np.array(rows)
+        right = [examples[i].answer == baseline["answer"] for i in rows]
         entry = {
             "questions": len(rows),
             "accuracy": float(correct[rows].mean()),
+            "baselines": {"most_common_answer": {"accuracy": float(np.mean(right))}},
             **_attention_metrics(hits[rows], has_facts[rows]),
         }
         if task in MEMN2N_1K_ERROR:
@@ -176,7 +210,10 @@ def evaluate(run_root, answerer, config, examples, split: str, heatmaps: int = 3
         )
     write_text(root / "answers.tsv", "\n".join(rows) + "\n")
     plot_attention(answerer, config, examples[:heatmaps], root / "plots")
-    print(report(metrics, TASK_NAMES))
+    print(
+        f"Scores on the {len(examples)} {split} questions, beside a trivial "
+        f"baseline:\n{report(metrics, TASK_NAMES)}"
+    )
     return metrics
 
 
@@ -190,11 +227,18 @@ def _attention_metrics(hits: np.ndarray, has_facts: np.ndarray) -> dict:
     }
 
 
+def _baseline_accuracy(entry: dict) -> str:
+    """The ``most_common_answer`` accuracy of a metrics entry, or ``-``."""
+    baseline = entry.get("baselines", {}).get("most_common_answer")
+    return "-" if baseline is None else f"{baseline['accuracy']:.1%}"
+
+
 def report(metrics: dict, names: dict[int, str]) -> str:
-    """The per-task table ``evaluate`` prints."""
+    """The per-task table ``evaluate`` prints: the model's accuracy beside
+    the ``most_common_answer`` baseline's, and the published error."""
     lines = [
-        f"{'task':<28} {'questions':>9} {'accuracy':>9} {'error':>7} "
-        f"{'MemN2N 1k':>9}  attention on a supporting fact, per "
+        f"{'task':<28} {'questions':>9} {'accuracy':>9} {'most common':>11} "
+        f"{'error':>7} {'MemN2N 1k':>9}  attention on a supporting fact, per "
         + metrics.get("attention_rows", "hop")
     ]
     for task, entry in metrics["tasks"].items():
@@ -205,10 +249,14 @@ def report(metrics: dict, names: dict[int, str]) -> str:
         hit = " ".join(f"{v:.1%}" for v in hit) if hit else "-"
         lines.append(
             f"{name:<28} {entry['questions']:>9} {entry['accuracy']:>9.1%} "
-            f"{1 - entry['accuracy']:>7.1%} {reference:>9}  {hit}"
+            f"{_baseline_accuracy(entry):>11} {1 - entry['accuracy']:>7.1%} "
+            f"{reference:>9}  {hit}"
         )
     lines.append(
         f"{'all':<28} {metrics['questions']:>9} {metrics['accuracy']:>9.1%} "
-        f"{1 - metrics['accuracy']:>7.1%}"
+        f"{_baseline_accuracy(metrics):>11} {1 - metrics['accuracy']:>7.1%}"
     )
+    baseline = metrics.get("baselines", {}).get("most_common_answer")
+    if baseline is not None:
+        lines.append(f"most common: {baseline['what']}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.core.baselines import in_brief
 from pipelines.core.client import (
     Client,
     add_search_arguments,
@@ -38,7 +39,10 @@ class SummarizationClient(Client):
             f"ROUGE-1/2/L {metrics['rouge1']:.1f}/{metrics['rouge2']:.1f}/"
             f"{metrics['rougeL']:.1f}, OOV copied {metrics['oov_copied']:.0%} on "
             f"the {metrics['split']} split"
-        )
+            + in_brief(metrics, [("ROUGE-1", "rouge1", ".1f"),
+                                 ("ROUGE-2", "rouge2", ".1f"),
+                                 ("ROUGE-L", "rougeL", ".1f")])
+        )  # fmt: skip
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_search_arguments(parser)

@@ -14,7 +14,15 @@ word) in the run folder; returns the body of ``metrics.json``:
   variants; ``None`` for the baseline, which only generates);
 * ``oov_copied``: of the reference words out of the vocabulary, the share
   the summary contains (only a copy can write them); ``oov_in_source`` is
-  the share of them found in the document (the most copying can reach).
+  the share of them found in the document (the most copying can reach);
+* ``baselines``: ``lead_1``, the document's first sentence as its summary
+  (`pipelines.core.baselines.lead`), scored with the same ROUGE on the same
+  documents.
+
+Example:
+
+>>> baselines(["It parses YAML. It is fast."], ["parses YAML"])["lead_1"]["rouge1"]
+80.0
 """
 
 from __future__ import annotations
@@ -27,11 +35,26 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from pipelines.core.metrics import novel_ngram_rate, repeated_trigram_rate, score
+from pipelines.core.baselines import lead, table
+from pipelines.core.metrics import (
+    ROUGE_TYPES,
+    novel_ngram_rate,
+    repeated_trigram_rate,
+    score,
+)
 from pipelines.core.plots import alignment_heatmap
 from pipelines.core.run_dir import write_text
 
 SUMMARIES = "summaries.tsv"
+ROWS = tuple((f"ROUGE-{name[5:]}", name, ".2f") for name in ROUGE_TYPES)
+
+
+def baselines(documents: list[str], references: list[str]) -> dict:
+    """``lead_1``: each document's first sentence as its summary, with the
+    ROUGE F1 scores the model's summaries get."""
+    scores = score(["rouge"], [lead(d) for d in documents], references)
+    what = "the first sentence of the document as its summary"
+    return {"lead_1": {"what": what, **{name: scores[name] for name in ROUGE_TYPES}}}
 
 
 def _strings(values) -> list[str]:
@@ -154,11 +177,13 @@ def evaluate(
         if summaries
         else 0.0
     )
+    results["baselines"] = baselines(documents, references)
     print(
-        f"  ROUGE-1 {results['rouge1']:.2f}  ROUGE-2 {results['rouge2']:.2f}  "
-        f"ROUGE-L {results['rougeL']:.2f}  repeated trigrams "
-        f"{results['repeated_trigram_rate']:.2%}  OOV copied "
-        f"{results['oov_copied']:.2%}  ({seconds} s)"
+        f"Scores on the {len(documents)} {split} documents ({seconds} s), beside "
+        "a trivial baseline:\n"
+        + table({"model": results}, results["baselines"], ROWS)
+        + f"\n  repeated trigrams {results['repeated_trigram_rate']:.2%}  OOV "
+        f"copied {results['oov_copied']:.2%}"
     )
     lines = ["\t".join(["document", "reference", "summary", "mean_p_gen"])]
     for i, (document, reference) in enumerate(pairs):

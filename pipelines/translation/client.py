@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.core.baselines import in_brief
 from pipelines.core.client import (
     Client,
     add_beam_widths,
@@ -29,7 +30,9 @@ class TranslationClient(Client):
         return (
             f"BLEU {best['bleu']:.2f}, exact match {best['exact_match']:.2%} on the "
             f"{metrics['split']} split"
-        )
+            + in_brief(metrics, [("BLEU", "bleu", ".2f"),
+                                 ("exact match", "exact_match", ".2%")])
+        )  # fmt: skip
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_search_arguments(parser)

@@ -1,8 +1,19 @@
 """Score a trained translator on a held-out split: BLEU, chrF, length buckets, heatmaps.
 
-Writes ``translations.tsv`` (the source, the reference and one column per
-decoding) and ``plots/alignment_*.png`` in the run folder; returns the body
-of ``metrics.json``.
+Beside each decoding's scores, two trivial baselines scored the same way on
+the same sentences (``baselines`` in ``metrics.json``): ``copy_source``, the
+source sentence itself (lowercased, as the references are) as its
+translation, and ``most_common_target``, the training split's most common
+target sentence for every source. Writes ``translations.tsv`` (the source,
+the reference and one column per decoding) and ``plots/alignment_*.png`` in
+the run folder; returns the body of ``metrics.json``.
+
+Example:
+
+>>> out = baselines(["le 5 mai 2001", "2002"], ["2001-05-05", "2002"],
+...                 ["2002", "1999-01-01", "2002"])
+>>> out["copy_source"]["exact_match"], out["most_common_target"]["answer"]
+(0.5, '2002')
 """
 
 from __future__ import annotations
@@ -15,12 +26,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from pipelines.core.baselines import most_common, table
 from pipelines.core.metrics import bleu_by_length, corpus_scores
 from pipelines.core.plots import alignment_heatmap
 from pipelines.core.run_dir import write_text
 from pipelines.core.search import check_beam_widths
 
 TRANSLATIONS = "translations.tsv"
+ROWS = (("BLEU", "bleu", ".2f"), ("chrF", "chrf", ".2f"),
+        ("exact match", "exact_match", ".2%"))  # fmt: skip
 
 
 def decode_strings(values) -> list[str]:
@@ -52,6 +66,37 @@ def translate_texts(
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
+def baselines(
+    sources: list[str], references: list[str], train_targets: list[str]
+) -> dict:
+    """``copy_source`` and ``most_common_target`` (of ``train_targets``),
+    scored as `corpus_scores` scores a decoding, against ``references``."""
+    common = most_common(t.lower() for t in train_targets)
+    answers = {
+        "copy_source": (
+            "the source sentence itself, lowercased, as its translation",
+            [s.lower() for s in sources],
+        ),
+        "most_common_target": (
+            f"the most common training target ({common!r}) for every source",
+            [common] * len(references),
+        ),
+    }
+    out = {}
+    for name, (what, hypotheses) in answers.items():
+        scores = corpus_scores(hypotheses, references)
+        out[name] = {"what": what, **{key: scores[key] for _, key, _ in ROWS}}
+    out["most_common_target"]["answer"] = common
+    return out
+
+
+def training_targets(config) -> list[str]:
+    """The target side of the training split ``config`` loads."""
+    from pipelines.translation.data import load_data
+
+    return [target for _, target in load_data(config).train]
+
+
 def evaluate(
     run_dir: Path,
     translator,
@@ -60,8 +105,13 @@ def evaluate(
     split: str,
     beam_widths: tuple[int, ...] | None = None,
     heatmaps: int = 3,
+    train_targets: list[str] | None = None,
 ) -> dict:
-    """Translate ``pairs`` greedily and with beams; write the TSV and plots."""
+    """Translate ``pairs`` greedily and with beams; write the TSV and plots.
+
+    ``train_targets`` (the training split's targets, loaded from ``config``
+    when not given) give the ``most_common_target`` baseline.
+    """
     run_dir = Path(run_dir)
     sources = [s for s, _ in pairs]
     references = [t.lower() for _, t in pairs]  # the models write lowercase
@@ -79,10 +129,14 @@ def evaluate(
         scores["by_source_length"] = bleu_by_length(sources, hypotheses, references)
         results["decoding"][name] = scores
         columns[name] = hypotheses
-        print(
-            f"  {name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
-            f"exact match {scores['exact_match']:.2%}  ({scores['seconds']} s)"
-        )
+        print(f"  {name} done in {scores['seconds']} s")
+    if train_targets is None:
+        train_targets = training_targets(config)
+    results["baselines"] = baselines(sources, references, train_targets)
+    print(
+        f"Scores on the {len(sources)} {split} sentences, beside trivial baselines:\n"
+        + table(results["decoding"], results["baselines"], ROWS)
+    )
     lines = ["\t".join(["source", "reference", *columns])]
     for i, (source, reference) in enumerate(zip(sources, references, strict=True)):
         row = [source, reference] + [column[i] for column in columns.values()]

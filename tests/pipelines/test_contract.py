@@ -88,6 +88,13 @@ def test_commands_write_what_the_docs_say(case):
     assert list((run / "logs").rglob("events.out.tfevents*"))
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["split"] == "test"
+    # Trivial baselines, each said in words, scored beside the model: in
+    # metrics.json, in evaluate's table and in demo's last line.
+    assert metrics["baselines"]
+    assert all(entry["what"] for entry in metrics["baselines"].values())
+    assert "beside" in case.demo.stdout
+    (done,) = [line for line in case.demo.stdout.splitlines() if "Demo done" in line]
+    assert "baseline" in done
     export = case.export_dir
     extra = "assets.extra/"
     for name in ("saved_model.pb", "variables/variables.index", extra + "op_audit.json",

@@ -270,7 +270,27 @@ def test_evaluate_scores_per_task_and_writes_its_files(setup, tmp_path, capsys):
         entry = metrics["tasks"][task]
         assert entry["questions"] == 30 and len(entry["attention_hit"]) == 2
     assert (tmp_path / "plots" / "attention_1.png").stat().st_size > 0
-    assert "single supporting fact" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "single supporting fact" in out
+    # The baseline: the training split's most common answer, for every question.
+    answers = [e.answer for e in data.train]
+    baseline = metrics["baselines"]["most_common_answer"]
+    assert baseline["answer"] == max(answers, key=answers.count)
+    right = [e.answer == baseline["answer"] for e in examples]
+    assert baseline["accuracy"] == pytest.approx(np.mean(right))
+    for task in ("1", "6"):
+        rows = [e for e in examples if str(e.task) == task]
+        share = np.mean([e.answer == baseline["answer"] for e in rows])
+        entry = metrics["tasks"][task]["baselines"]["most_common_answer"]
+        assert entry["accuracy"] == pytest.approx(share)
+    # Printed beside the model's accuracy.
+    assert "Scores on the 60 test questions, beside a trivial baseline:" in out
+    (row,) = [line for line in out.splitlines() if line.startswith("all ")]
+    assert row.split()[1:4] == [
+        "60",
+        f"{metrics['accuracy']:.1%}",
+        f"{baseline['accuracy']:.1%}",
+    ]
 
 
 def test_qa_evaluate_arguments():

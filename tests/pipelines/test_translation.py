@@ -63,7 +63,23 @@ def test_evaluate_scores_with_sacrebleu_and_keeps_every_decoding(case, tmp_path,
     assert len(metrics["heatmaps"]) == 3
     for path in metrics["heatmaps"]:
         assert Path(path).stat().st_size > 2000
-    capfd.readouterr()
+    # The baselines, on the same 16 rows: copying the (lowercased) source,
+    # and the training split's most common target.
+    sources = [s.lower() for s in columns[0]]
+    copy = metrics["baselines"]["copy_source"]
+    assert copy["bleu"] == round(BLEU().corpus_score(sources, [references]).score, 2)
+    data = case.task.load_data(case.config)
+    targets = [t.lower() for _, t in data.train]
+    common = metrics["baselines"]["most_common_target"]
+    assert common["answer"] == max(targets, key=targets.count)
+    want = CHRF().corpus_score([common["answer"]] * 16, [references]).score
+    assert common["chrf"] == round(want, 2)
+    # Printed beside the model's scores, one metric a row.
+    out = capfd.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("  BLEU ")]
+    model = [f"{metrics['decoding'][n]['bleu']:.2f}" for n in ("greedy", "beam3")]
+    baseline = [f"{copy['bleu']:.2f}", f"{common['bleu']:.2f}"]
+    assert row.split() == ["BLEU", *model, "|", *baseline]
     assert _main("translation", "evaluate", "--run-dir", run, "--beam-width", "9") == 2
     assert "--beam-width must be in [1, decode.beam_width=3]" in capfd.readouterr().err
 
