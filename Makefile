@@ -34,7 +34,8 @@ TEST_JAX := KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR="$(TEST_JAX_CACHE)" \
 # parity (their slow parts, the contract's torch.compile clause among them,
 # in test-slow).
 TEST_TORCH := KERAS_BACKEND=torch
-TORCH_TESTS := tests/test_contract.py tests/test_keras_parity.py tests/test_keras_suite.py
+TORCH_TESTS := tests/test_contract.py tests/test_keras_parity.py tests/test_keras_suite.py \
+	tests/test_decoding_numpy.py tests/test_docs.py
 test: $(STAMP) lint
 	rm -rf "$(TEST_JAX_CACHE)"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"
