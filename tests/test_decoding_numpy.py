@@ -1,8 +1,9 @@
 """What the decoders return converts to NumPy on every backend.
 
 Its own module (not test_decoding.py, whose integration tests run in `make
-test-slow` off TensorFlow) so that `make test` runs it on JAX and PyTorch,
-where a decoder's outputs could carry an autograd graph.
+test-slow` off TensorFlow) so that `make test` runs it on PyTorch (the
+Makefile's TORCH_TESTS), where a decoder's outputs could carry an autograd
+graph, and on TensorFlow.
 """
 
 import keras

@@ -132,3 +132,10 @@ def test_rendered_results_tables_are_up_to_date(task):
     assert render_results.render(text, task) == text, (
         "run python docs/scripts/render_results.py"
     )
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_task_page_stays_within_2000_words(task):
+    """A task page holds what a user needs; the lab record is its results page."""
+    text = (DOCS / "pipelines" / f"{task}.md").read_text(encoding="utf-8")
+    assert len(text.split()) <= 2000
