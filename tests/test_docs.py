@@ -1,8 +1,11 @@
 """The documentation is tested: its examples run and the site builds strictly.
 
 Every ```python block of a page under docs/ runs in order, in one fresh
-namespace per page, in this process (so on the backend under test). The
-mkdocs build needs the docs extra (``pip install ".[docs]"``).
+namespace per page, in this process (so on the backend under test: the
+Makefile runs this module on TensorFlow, JAX and PyTorch). Getting started,
+the first page a newcomer runs, runs in `make test` on each backend; the
+other pages in `make test-slow` (conftest.py). The mkdocs build needs the
+docs extra (``pip install ".[docs]"``).
 """
 
 import os
@@ -36,6 +39,8 @@ def python_blocks(page):
 
 PAGES = sorted(DOCS.rglob("*.md"))
 PAGES_WITH_CODE = [p for p in PAGES if python_blocks(p)]
+# Run by test_getting_started_runs, in `make test` on every backend.
+FIRST_PAGE = DOCS / "getting_started.md"
 # Pages whose examples are real training runs: `make test-slow` runs them.
 # (examples/dates.md trains the dates model for 4 epochs; `make test` runs the
 # same script, examples/dates_demo.py, through tests/test_demo.py.)
@@ -60,13 +65,24 @@ def page_param(page):
     return pytest.param(page, id=page_id(page), marks=marks)
 
 
-@pytest.mark.parametrize("page", [page_param(p) for p in PAGES_WITH_CODE])
-def test_python_blocks_run(page):
+def run_page(page):
     namespace = {"__name__": f"docs_{page.stem}"}
     for first_line, source in python_blocks(page):
         # Pad with blank lines so tracebacks give the line number in the page.
         code = compile("\n" * (first_line - 1) + source, str(page), "exec")
         exec(code, namespace)
+
+
+@pytest.mark.parametrize(
+    "page", [page_param(p) for p in PAGES_WITH_CODE if p != FIRST_PAGE]
+)
+def test_python_blocks_run(page):
+    run_page(page)
+
+
+def test_getting_started_runs():
+    """Getting started's blocks, on the backend under test (all three run it)."""
+    run_page(FIRST_PAGE)
 
 
 def test_every_layer_page_has_an_example():
