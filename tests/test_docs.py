@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 
 import keras
 import pytest
@@ -66,11 +67,17 @@ def page_param(page):
 
 
 def run_page(page):
-    namespace = {"__name__": f"docs_{page.stem}"}
-    for first_line, source in python_blocks(page):
-        # Pad with blank lines so tracebacks give the line number in the page.
-        code = compile("\n" * (first_line - 1) + source, str(page), "exec")
-        exec(code, namespace)
+    """Runs the page's blocks in order, as one module (importable while it
+    runs: torch.compile imports the module of a layer the page defines)."""
+    module = types.ModuleType(f"docs_{page.stem}")
+    sys.modules[module.__name__] = module
+    try:
+        for first_line, source in python_blocks(page):
+            # Pad with blank lines so tracebacks give the line number in the page.
+            code = compile("\n" * (first_line - 1) + source, str(page), "exec")
+            exec(code, module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
 
 
 @pytest.mark.parametrize(
