@@ -35,7 +35,7 @@ TEST_JAX := KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR="$(TEST_JAX_CACHE)" \
 # in test-slow), and the kernels' mask matrix.
 TEST_TORCH := KERAS_BACKEND=torch
 TORCH_TESTS := tests/test_contract.py tests/test_keras_parity.py tests/test_keras_suite.py \
-	tests/test_kernels.py
+	tests/test_kernels.py tests/test_decoding_numpy.py tests/test_docs.py
 test: $(STAMP) lint
 	rm -rf "$(TEST_JAX_CACHE)"
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTEST) -n 2 -m "not slow"

@@ -397,7 +397,7 @@ def test_rnn_greedy_equals_a_python_loop():
     states, ids, free, free_scores = decoder.initial_states(2), starts, [], []
     for _ in range(length):
         out, states, _ = decoder.cell(embedding(ids), states, memory, memory_mask=mask)
-        logp = np.asarray(ops.log_softmax(projection(out), axis=-1))
+        logp = ops.convert_to_numpy(ops.log_softmax(projection(out), axis=-1))
         ids = logp.argmax(-1).astype("int32")
         free.append(ids)
         free_scores.append(logp[np.arange(2), ids])

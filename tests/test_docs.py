@@ -1,8 +1,11 @@
 """The documentation is tested: its examples run and the site builds strictly.
 
 Every ```python block of a page under docs/ runs in order, in one fresh
-namespace per page, in this process (so on the backend under test). The
-mkdocs build needs the docs extra (``pip install ".[docs]"``).
+namespace per page, in this process (so on the backend under test: the
+Makefile runs this module on TensorFlow, JAX and PyTorch). Getting started,
+the first page a newcomer runs, runs in `make test` on each backend; the
+other pages in `make test-slow` (conftest.py). The mkdocs build needs the
+docs extra (``pip install ".[docs]"``).
 """
 
 import os
@@ -12,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 
 import keras
 import pytest
@@ -36,6 +40,8 @@ def python_blocks(page):
 
 PAGES = sorted(DOCS.rglob("*.md"))
 PAGES_WITH_CODE = [p for p in PAGES if python_blocks(p)]
+# Run by test_getting_started_runs, in `make test` on every backend.
+FIRST_PAGE = DOCS / "getting_started.md"
 # Pages whose examples are real training runs: `make test-slow` runs them.
 # (examples/dates.md trains the dates model for 4 epochs; `make test` runs the
 # same script, examples/dates_demo.py, through tests/test_demo.py.)
@@ -60,13 +66,30 @@ def page_param(page):
     return pytest.param(page, id=page_id(page), marks=marks)
 
 
-@pytest.mark.parametrize("page", [page_param(p) for p in PAGES_WITH_CODE])
+def run_page(page):
+    """Runs the page's blocks in order, as one module (importable while it
+    runs: torch.compile imports the module of a layer the page defines)."""
+    module = types.ModuleType(f"docs_{page.stem}")
+    sys.modules[module.__name__] = module
+    try:
+        for first_line, source in python_blocks(page):
+            # Pad with blank lines so tracebacks give the line number in the page.
+            code = compile("\n" * (first_line - 1) + source, str(page), "exec")
+            exec(code, module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+
+
+@pytest.mark.parametrize(
+    "page", [page_param(p) for p in PAGES_WITH_CODE if p != FIRST_PAGE]
+)
 def test_python_blocks_run(page):
-    namespace = {"__name__": f"docs_{page.stem}"}
-    for first_line, source in python_blocks(page):
-        # Pad with blank lines so tracebacks give the line number in the page.
-        code = compile("\n" * (first_line - 1) + source, str(page), "exec")
-        exec(code, namespace)
+    run_page(page)
+
+
+def test_getting_started_runs():
+    """Getting started's blocks, on the backend under test (all three run it)."""
+    run_page(FIRST_PAGE)
 
 
 def test_every_layer_page_has_an_example():

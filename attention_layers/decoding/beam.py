@@ -10,6 +10,7 @@ from attention_layers.decoding.common import (
     check_state,
     forbid_early_end,
     while_not_done,
+    without_gradients,
     write_step,
 )
 from attention_layers.masking import NEG_INF
@@ -363,16 +364,17 @@ def beam_search(
         num_beams,
     )
     ids = ops.repeat(start_ids, beam_width, axis=0)
-    logits, state, alignment = step_fn(ids, initial_state)
-    _check_alignment(fn_name, alignment, coverage_penalty)
-    carry = beams.initial_carry(ops.shape(ids)[0], max_length, alignment)
-    carry = beams.update(
-        ops.convert_to_tensor(0, "int32"), logits, state, alignment, carry
-    )
+    with without_gradients():
+        logits, state, alignment = step_fn(ids, initial_state)
+        _check_alignment(fn_name, alignment, coverage_penalty)
+        carry = beams.initial_carry(ops.shape(ids)[0], max_length, alignment)
+        carry = beams.update(
+            ops.convert_to_tensor(0, "int32"), logits, state, alignment, carry
+        )
 
-    def body(c):
-        logits, state, alignment = step_fn(c["ids"], c["state"])
-        return beams.update(c["t"], logits, state, alignment, c)
+        def body(c):
+            logits, state, alignment = step_fn(c["ids"], c["state"])
+            return beams.update(c["t"], logits, state, alignment, c)
 
-    carry = while_not_done(body, carry, max_length)
+        carry = while_not_done(body, carry, max_length)
     return _best_first_paths(carry, beam_width)

@@ -10,6 +10,8 @@ batch, or batch * beam_width in beam search) and ``alignment`` is ``[N, S]``
 The step must keep the structure, shapes and dtypes of ``state``.
 """
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -199,3 +201,18 @@ def while_not_done(body, carry, max_length):
         )
 
     return ops.while_loop(cond, body, carry)
+
+
+def without_gradients():
+    """A context in which the decoders call the step function.
+
+    Decoding is inference: on PyTorch the loop runs under ``torch.no_grad()``,
+    so no autograd graph grows step by step and what the decoders return
+    converts with ``np.asarray`` and ``keras.ops.convert_to_numpy``. The
+    graph backends (TensorFlow, JAX) are left as they are.
+    """
+    if keras.backend.backend() != "torch":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.no_grad()

@@ -9,6 +9,7 @@ from attention_layers.decoding.common import (
     check_state,
     forbid_early_end,
     while_not_done,
+    without_gradients,
     write_step,
 )
 
@@ -69,25 +70,26 @@ def pick_loop(
             new["alignments"] = write_step(carry["alignments"], t, alignment)
         return new
 
-    logits, state, alignment = step_fn(start_ids, initial_state)
-    carry = {
-        "finished": ops.zeros((batch,), "bool"),
-        "lengths": ops.zeros((batch,), "int32"),
-        "scores": ops.zeros((batch,), "float32"),
-        "tokens": ops.cast(ops.full((batch, max_length), end_id), "int32"),
-        "pick_state": pick_state,
-    }
-    if alignment is not None:
-        source = ops.shape(alignment)[-1]
-        carry["alignments"] = ops.zeros((batch, max_length, source), "float32")
-    t0 = ops.convert_to_tensor(0, "int32")
-    carry = update(t0, logits, state, alignment, carry)
+    with without_gradients():
+        logits, state, alignment = step_fn(start_ids, initial_state)
+        carry = {
+            "finished": ops.zeros((batch,), "bool"),
+            "lengths": ops.zeros((batch,), "int32"),
+            "scores": ops.zeros((batch,), "float32"),
+            "tokens": ops.cast(ops.full((batch, max_length), end_id), "int32"),
+            "pick_state": pick_state,
+        }
+        if alignment is not None:
+            source = ops.shape(alignment)[-1]
+            carry["alignments"] = ops.zeros((batch, max_length, source), "float32")
+        t0 = ops.convert_to_tensor(0, "int32")
+        carry = update(t0, logits, state, alignment, carry)
 
-    def body(c):
-        logits, state, alignment = step_fn(c["ids"], c["state"])
-        return update(c["t"], logits, state, alignment, c)
+        def body(c):
+            logits, state, alignment = step_fn(c["ids"], c["state"])
+            return update(c["t"], logits, state, alignment, c)
 
-    carry = while_not_done(body, carry, max_length)
+        carry = while_not_done(body, carry, max_length)
     out = {k: carry[k] for k in ("tokens", "lengths", "scores")}
     if "alignments" in carry:
         out["alignments"] = carry["alignments"]
