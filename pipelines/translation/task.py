@@ -74,7 +74,8 @@ class TranslationTask(Task):
         from pipelines.data import Splits, summarize
 
         tok = config.tokenizer
-        lines = [summarize(Splits(data.train, data.valid, data.test))] + data.notes
+        splits = Splits(data.train, data.valid, data.test)
+        lines = [summarize(splits, unit=tok.kind)] + data.notes
         lines.append(
             f"vocabularies ({tok.kind}): source {preprocessors.source.vocab_size}, "
             f"target {preprocessors.target.vocab_size}"
