@@ -277,10 +277,9 @@ def cmd_demo(task, args) -> None:
         )
     print_examples(task, config, run_dir, metrics.get("split", "test"))
     summary = task.client.evaluation_summary(metrics)
-    notes = task.client.demo_facts(config) + task.client.demo_notes(run_dir)
     print(
         f"\nDemo done in {time.time() - t0:.0f} s: {summary}; export {path}"
-        + "".join(f"; {line}" for line in notes)
+        + "".join(f"; {line}" for line in task.client.demo_notes(run_dir))
     )
 
 
@@ -288,17 +287,15 @@ DEMO_EXAMPLES = 4  # evaluated examples the demo shows
 
 
 def print_examples(task, config, run_dir, split: str) -> None:
-    """The first evaluated examples, truth beside prediction, under what the
+    """The first evaluated examples, truth beside prediction, then what the
     model was trained to know."""
     from pipelines.core.client import format_examples
 
     examples = task.client.demo_examples(Path(run_dir), DEMO_EXAMPLES)
-    text = format_examples(examples, f"{split} split")
-    if text:
-        facts = "".join(
-            f"\n(The model was {f}.)" for f in task.client.demo_facts(config)
-        )
-        print(f"\n{text}{facts}")
+    lines = [format_examples(examples, f"{split} split")] if examples else []
+    lines += [f"The model was {fact}." for fact in task.client.demo_facts(config)]
+    if lines:
+        print("\n" + "\n".join(lines))
 
 
 # -- the parser ---------------------------------------------------------------

@@ -129,7 +129,8 @@ class AttentionImages(keras.callbacks.Callback):
         share = spent / self.training if self.training else 0.0
         line = (
             f"Attention images for TensorBoard: {len(self.seconds)} of "
-            f"{self.epochs} epochs drawn, {self.skipped} skipped to keep drawing "
+            f"{self.epochs} epoch{'s' * (self.epochs != 1)} drawn, {self.skipped} "
+            "skipped to keep drawing "
             f"within {self.budget:.0%} of the training time; drawing took "
             f"{spent:.1f} s, {share:.1%} of {self.training:.0f} s of training"
         )

@@ -82,9 +82,11 @@ def test_demo_prints_examples_under_the_dates_range(tmp_path, capsys):
         "  input       le 14 juillet 1789\n"
         "  truth       1789-07-14\n"
         "  prediction  1989-07-14\n"
-        "(The model was trained on dates from 1950 to 2049: a year outside that "
-        "range comes out wrong.)\n"
+        "The model was trained on dates from 1950 to 2049: a year outside that "
+        "range comes out wrong.\n"
     )
+    cli.print_examples(task, config, tmp_path / "none", "test")  # no examples
+    assert capsys.readouterr().out.strip().startswith("The model was trained on")
     assert task.client.demo_facts(config_of("translation", "bible")[1]) == []
     for name in registry.names():
         if name != "translation":
