@@ -14,6 +14,7 @@ import abc
 import argparse
 import csv
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,14 +58,12 @@ class Client(abc.ABC):
         return []
 
 
-class Example(tuple):
-    """One evaluated example as ``demo`` shows it: ``(input, truth,
-    prediction)``, each one line of text."""
+class Example(NamedTuple):
+    """One evaluated example as ``demo`` shows it, each field one line."""
 
-    __slots__ = ()
-
-    def __new__(cls, input: str, truth: str, prediction: str):
-        return super().__new__(cls, (input, truth, prediction))
+    input: str
+    truth: str
+    prediction: str
 
 
 def read_tsv(path: Path, count: int, quoted: bool = False) -> list[dict[str, str]]:
