@@ -14,7 +14,7 @@ setup(
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    license="Apache-2.0",
+    license_expression="Apache-2.0",  # SPDX (PEP 639): no licence classifier
     python_requires=">=3.10",
     packages=find_packages(
         include=["attention_layers", "attention_layers.*", "pipelines", "pipelines.*"]
@@ -67,7 +67,6 @@ setup(
         "docs": ["mkdocs>=1.6", "mkdocs-material", "mkdocstrings-python"],
     },
     classifiers=[
-        "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],

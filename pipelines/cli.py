@@ -275,11 +275,27 @@ def cmd_demo(task, args) -> None:
             f"demo: predicting with {path} failed (exit {predicted.returncode}; "
             "its error is above); the run and the export are kept."
         )
+    print_examples(task, config, run_dir, metrics.get("split", "test"))
     summary = task.client.evaluation_summary(metrics)
     print(
         f"\nDemo done in {time.time() - t0:.0f} s: {summary}; export {path}"
         + "".join(f"; {line}" for line in task.client.demo_notes(run_dir))
     )
+
+
+DEMO_EXAMPLES = 4  # evaluated examples the demo shows
+
+
+def print_examples(task, config, run_dir, split: str) -> None:
+    """The first evaluated examples, truth beside prediction, then what the
+    model was trained to know."""
+    from pipelines.core.client import format_examples
+
+    examples = task.client.demo_examples(Path(run_dir), DEMO_EXAMPLES)
+    lines = [format_examples(examples, f"{split} split")] if examples else []
+    lines += [f"The model was {fact}." for fact in task.client.demo_facts(config)]
+    if lines:
+        print("\n" + "\n".join(lines))
 
 
 # -- the parser ---------------------------------------------------------------

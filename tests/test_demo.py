@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,12 @@ def test_make_demo_reaches_99_percent_exact_match(tmp_path):
     assert (run_dir / "serving" / "dates" / "1" / "saved_model.pb").exists()
     assert proc.stdout.count("  -> ") == 3  # sample dates through the export
     assert "Demo done" in proc.stdout
+    # A few test dates, truth beside prediction, and the range it knows.
+    shown = proc.stdout.split("Examples from the test split")[1]
+    assert shown.count("  truth       ") == 4 and shown.count("  prediction  ") == 4
+    assert "The model was trained on dates from 1950 to 2049: a year outside " in shown
+    assert "target characters:" in proc.stdout  # not whitespace "words"
+    images = next(line for line in proc.stdout.splitlines()
+                  if line.startswith("Attention images for TensorBoard:"))  # fmt: skip
+    share = re.search(r"drawing took [\d.]+ s, ([\d.]+)% of", images)
+    assert share and float(share[1]) <= 5.0, images

@@ -11,9 +11,12 @@ import numpy as np
 from pipelines.core.baselines import in_brief
 from pipelines.core.client import (
     Client,
+    Example,
     add_beam_widths,
     add_search_arguments,
+    decoded_column,
     options_signature,
+    read_tsv,
     search_feed,
 )
 from pipelines.core.errors import PipelineError
@@ -84,3 +87,14 @@ class CaptioningClient(Client):
 
     def demo_notes(self, run_dir) -> list[str]:
         return [f"attention plot {Path(run_dir) / 'attention.png'}"]
+
+    def demo_examples(self, run_dir, count) -> list[Example]:
+        rows = read_tsv(Path(run_dir) / "captions.tsv", count)
+        return [
+            Example(
+                f"image {r['image']}",
+                r["references"],
+                decoded_column(r, ("image", "references")),
+            )
+            for r in rows
+        ]

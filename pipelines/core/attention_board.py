@@ -7,8 +7,9 @@ memory hops, span attention) for the same validation examples through the
 export's own graph, and the PNGs go to ``logs/attention`` as images
 (TensorBoard's Images tab, one slider step per epoch drawn). ``train.
 attention_images`` sets how many examples (0: none). Drawing is held to 5%
-of the training time (fast epochs skip some; the first and the last are
-always drawn); what it took is printed after training.
+of the training time: an epoch whose drawing would break that is skipped,
+the first drawing (which traces the graph) included; what was drawn, what
+was skipped and what it took is printed after training.
 
 Example:
 
@@ -21,9 +22,7 @@ Example:
 ...     plt.imsave(path, np.eye(4)); return [path]
 >>> logs = Path(tempfile.mkdtemp())
 >>> images = AttentionImages(draw, logs)
->>> images.on_train_begin()
->>> images.on_epoch_end(0)
->>> images.on_train_end()
+>>> images.write(0)  # as an epoch within the budget is drawn
 >>> [(tag, step) for tag, step, _ in read_images(logs / "attention")]
 [('attention/square', 0)]
 """
@@ -44,11 +43,14 @@ class AttentionImages(keras.callbacks.Callback):
     """The PNGs ``draw(folder)`` writes, logged as images under
     ``log_dir/attention`` at step ``epoch`` (Keras' epoch scalars' step).
 
-    They are drawn after the first epoch, after the last, and after any
-    other whose drawing keeps the time spent drawing within ``budget`` of
-    the time spent training (fast epochs skip some; the first drawing, which
-    traces the graph, is not counted), so the images do not show in the
-    run's time.
+    An epoch is drawn only when the drawing, as estimated, keeps the time
+    spent drawing within ``budget`` of the training time so far; every
+    drawing counts, the first (which traces the graph) included, and none is
+    forced. The estimate is the previous drawing's time; before the first,
+    ``first_estimate`` seconds (None: the shortest epoch so far, whose time
+    includes tracing the training step, a larger graph than the one drawn).
+    `report` says how many epochs were drawn and skipped and the share of
+    the training time the drawings took.
     """
 
     def __init__(
@@ -56,37 +58,59 @@ class AttentionImages(keras.callbacks.Callback):
         draw: Callable[[Path], list[Path]],
         log_dir: str | Path,
         budget: float = 0.05,
+        first_estimate: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         super().__init__()
         self.draw = draw
         self.budget = budget
+        self.first_estimate = first_estimate
+        self.clock = clock
         self.writer = tf.summary.create_file_writer(str(Path(log_dir) / "attention"))
         self.seconds: list[float] = []
         self.epochs = 0
-        self._start = time.perf_counter()
-        self._undrawn: int | None = None
+        self.skipped = 0
+        self.training = 0.0
+        self._shortest: float | None = None
+        self._epoch_start: float | None = None
 
     def on_train_begin(self, logs=None):
-        self._start = time.perf_counter()
+        self._epoch_start = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self.clock()
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs += 1
-        # The first drawing traces the graph once: not counted in the budget.
-        drawing = sum(self.seconds[1:])
-        training = time.perf_counter() - self._start - sum(self.seconds)
-        mean = drawing / len(self.seconds[1:]) if self.seconds[1:] else 0.0
-        if not self.seconds or drawing + mean <= self.budget * training:
+        if self._epoch_start is not None:
+            took = self.clock() - self._epoch_start
+            self.training += took
+            shortest = self._shortest
+            self._shortest = took if shortest is None else min(shortest, took)
+            self._epoch_start = None
+        if self.affordable():
             self.write(epoch)
         else:
-            self._undrawn = epoch
+            self.skipped += 1
 
-    def on_train_end(self, logs=None):
-        if self._undrawn is not None:  # the last epoch, always shown
-            self.write(self._undrawn)
+    def estimate(self) -> float | None:
+        """Seconds the next drawing is expected to take (None: unknown)."""
+        if self.seconds:
+            return self.seconds[-1]
+        if self.first_estimate is not None:
+            return self.first_estimate
+        return self._shortest
+
+    def affordable(self) -> bool:
+        """Whether drawing now keeps drawing within the budget."""
+        cost = self.estimate()
+        if cost is None:
+            return False
+        return sum(self.seconds) + cost <= self.budget * self.training
 
     def write(self, epoch: int) -> None:
         """Draw now and log the images at step ``epoch``."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
         with tempfile.TemporaryDirectory() as folder:
             paths = self.draw(Path(folder))
             with self.writer.as_default():
@@ -94,21 +118,27 @@ class AttentionImages(keras.callbacks.Callback):
                     image = tf.io.decode_png(tf.io.read_file(str(path)), channels=3)
                     tf.summary.image(f"attention/{path.stem}", image[None], step=epoch)
             self.writer.flush()
-        self._undrawn = None
-        self.seconds.append(time.perf_counter() - t0)
+        self.seconds.append(self.clock() - t0)
 
     def report(self) -> str:
-        """One line: what the images cost, the first drawing (which traces
-        the graph) apart from the others, and how many epochs were drawn."""
-        if not self.seconds:
+        """One line: the epochs drawn and skipped for the budget, and the
+        share of the training time the drawings took."""
+        if not self.epochs:
             return ""
+        spent = sum(self.seconds)
+        share = spent / self.training if self.training else 0.0
         line = (
             f"Attention images for TensorBoard: {len(self.seconds)} of "
-            f"{self.epochs} epochs drawn; {self.seconds[0]:.2f} s the first "
-            "time (tracing the graph)"
+            f"{self.epochs} epoch{'s' * (self.epochs != 1)} drawn, {self.skipped} "
+            "skipped to keep drawing "
+            f"within {self.budget:.0%} of the training time; drawing took "
+            f"{spent:.1f} s, {share:.1%} of {self.training:.0f} s of training"
         )
         if len(self.seconds) > 1:
-            line += f", then {np.mean(self.seconds[1:]):.2f} s each"
+            line += (
+                f" ({self.seconds[0]:.2f} s the first time, tracing the graph, then "
+                f"{np.mean(self.seconds[1:]):.2f} s each)"
+            )
         return line
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import abc
 import argparse
+import csv
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,6 +46,98 @@ class Client(abc.ABC):
     def evaluation_summary(self, metrics: dict) -> str:
         """One line of ``evaluate``'s metrics for the end of ``demo``."""
         return ""
+
+    def demo_examples(self, run_dir: Path, count: int) -> list[Example]:
+        """The first ``count`` examples ``evaluate`` wrote to the run folder
+        (its predictions file), for ``demo`` to show."""
+        return []
+
+    def demo_facts(self, config) -> list[str]:
+        """What the demo's model was trained to know, said beside its examples
+        (e.g. the range of dates it saw)."""
+        return []
+
+
+class Example(NamedTuple):
+    """One evaluated example as ``demo`` shows it, each field one line."""
+
+    input: str
+    truth: str
+    prediction: str
+
+
+def read_tsv(path: Path, count: int, quoted: bool = False) -> list[dict[str, str]]:
+    r"""The first ``count`` rows of a predictions file (a header row, then one
+    row a line, tab-separated; ``quoted``: CSV quoting), by column name; none
+    when the file is missing.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "t.tsv"
+    >>> _ = path.write_text('source\treference\n"a\tb\nc\td\n')
+    >>> read_tsv(path, 5)
+    [{'source': '"a', 'reference': 'b'}, {'source': 'c', 'reference': 'd'}]
+    """
+    if not Path(path).is_file():
+        return []
+    with open(path, encoding="utf-8", newline="") as f:
+        quoting = csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE
+        rows = csv.DictReader(f, delimiter="\t", quoting=quoting)
+        return [row for _, row in zip(range(count), rows, strict=False)]
+
+
+def decoded_column(row: dict[str, str], given: tuple[str, ...]) -> str:
+    """The first decoding of a predictions row (``greedy`` where written),
+    the columns ``given`` (inputs and references) aside."""
+    if "greedy" in row:
+        return row["greedy"]
+    return next((v for k, v in row.items() if k not in given), "") or ""
+
+
+def shorten(text: str, limit: int = 160, keep: str = "head") -> str:
+    r"""``text`` on one line, at most ``limit`` characters: its start
+    (``keep="head"``) or its end (``"tail"``, where a question comes last)
+    behind an ellipsis.
+
+    >>> shorten("a long\nstory. Where is Mary?", 20, keep="tail")
+    '... Where is Mary?'
+    >>> shorten("Mary went to the hallway. John went home.", 24)
+    'Mary went to the ...'
+    """
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = limit - 4  # room for the ellipsis, words kept whole
+    if keep == "tail":
+        tail = text[len(text) - cut :]
+        if text[len(text) - cut - 1] != " ":
+            tail = tail.partition(" ")[2] or tail
+        return "... " + tail.lstrip()
+    head = text[:cut]
+    if text[cut] != " ":
+        head = head.rpartition(" ")[0] or head
+    return head.rstrip() + " ..."
+
+
+def format_examples(examples: list[Example], where: str = "") -> str:
+    """Examples as ``demo`` prints them: the input, the truth and the
+    prediction of each, one under the other.
+
+    >>> print(format_examples([Example("9 de marzo de 1987", "1987-03-09",
+    ...                                "1987-03-09")], "test split"))
+    Examples from the test split (input / truth / prediction):
+      input       9 de marzo de 1987
+      truth       1987-03-09
+      prediction  1987-03-09
+    """
+    if not examples:
+        return ""
+    lines = [f"Examples from the {where or 'evaluation'} (input / truth / prediction):"]
+    for k, (text, truth, prediction) in enumerate(examples):
+        if k:
+            lines.append("")
+        lines += [f"  input       {text}", f"  truth       {truth}",
+                  f"  prediction  {prediction}"]  # fmt: skip
+    return "\n".join(lines)
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:

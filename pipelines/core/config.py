@@ -109,6 +109,8 @@ class TrainConfig:
     init_from: str | None = None
     # Validation examples whose attention TensorBoard shows each epoch (0: none).
     attention_images: int = field(default=3, metadata={"range": (0, 16)})
+    # The most time drawing them may take, as a share of the training time.
+    attention_budget: float = field(default=0.05, metadata={"range": (0.0, None)})
 
     def validate(self, where: str = "train.") -> None:
         if self.deterministic and self.jit_compile:
@@ -212,6 +214,7 @@ class RunConfig:
         "train.strategy",
         "train.tpu",
         "train.attention_images",
+        "train.attention_budget",
     )
     RENAMED: ClassVar[dict[str, str]] = {}
 

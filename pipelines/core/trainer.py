@@ -503,7 +503,9 @@ def _attention_images(task: Task, config, run: RunDir, model, preprocessors, dat
     module = task.serving_module(model, preprocessors, config)
     examples = list(data.valid[:count])
     return AttentionImages(
-        lambda folder: task.plot_attention(module, config, examples, folder), run.logs
+        lambda folder: task.plot_attention(module, config, examples, folder),
+        run.logs,
+        budget=config.train.attention_budget,
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.core.baselines import in_brief
-from pipelines.core.client import Client
+from pipelines.core.client import Client, Example, read_tsv
 from pipelines.core.errors import PipelineError
 
 
@@ -47,12 +47,16 @@ class ExtractiveClient(Client):
                 "question": np.array([q for _, q in pairs], dtype=object),
             },
         )
-        for text, answer, start, end, score in zip(
-            inputs, out["answer"], out["start"], out["end"], out["score"], strict=True
+        passage = None
+        for (context, question), answer, start, end, score in zip(
+            pairs, out["answer"], out["start"], out["end"], out["score"], strict=True
         ):
+            if context != passage:  # a passage asked several questions: once
+                print(context)
+                passage = context
             answer = answer.decode("utf-8")
-            print(f"{text}\n  -> {answer!r}   (characters {start}-{end} of the "
-                  f"passage, probability {score:.3f})")  # fmt: skip
+            print(f"  {question}\n    -> {answer!r}   (characters {start}-{end} of "
+                  f"the passage, probability {score:.3f})")  # fmt: skip
         if getattr(args, "plot", None):
             self._plot(export_dir, pairs[0], out, args.plot)
 
@@ -61,6 +65,10 @@ class ExtractiveClient(Client):
 
     def demo_notes(self, run_dir) -> list[str]:
         return [f"span plot {Path(run_dir) / 'span.png'}"]
+
+    def demo_examples(self, run_dir, count) -> list[Example]:
+        rows = read_tsv(Path(run_dir) / "answers.tsv", count, quoted=True)
+        return [Example(r["question"], r["gold"], r["prediction"]) for r in rows]
 
     @staticmethod
     def _plot(export_dir, pair, out, path) -> None:

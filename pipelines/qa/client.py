@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.core.baselines import in_brief
-from pipelines.core.client import Client
+from pipelines.core.client import Client, Example, read_tsv, shorten
 from pipelines.core.errors import PipelineError
 from pipelines.qa.babi import split_story
 
@@ -72,6 +72,14 @@ class QAClient(Client):
 
     def demo_notes(self, run_dir) -> list[str]:
         return [f"attention plot {Path(run_dir) / 'attention.png'}"]
+
+    def demo_examples(self, run_dir, count) -> list[Example]:
+        rows = read_tsv(Path(run_dir) / "answers.tsv", count)
+        return [
+            Example(shorten(f"{r['story']} / {r['question']}", keep="tail"),
+                    r["answer"], r["predicted"])
+            for r in rows
+        ]  # fmt: skip
 
 
 def split_input(text: str) -> tuple[str, str]:

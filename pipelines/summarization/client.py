@@ -11,9 +11,12 @@ import numpy as np
 from pipelines.core.baselines import in_brief
 from pipelines.core.client import (
     Client,
+    Example,
     add_search_arguments,
     options_signature,
+    read_tsv,
     search_feed,
+    shorten,
 )
 
 
@@ -89,3 +92,11 @@ class SummarizationClient(Client):
 
     def demo_notes(self, run_dir) -> list[str]:
         return [f"heatmap {Path(run_dir) / 'attention.png'}"]
+
+    def demo_examples(self, run_dir, count) -> list[Example]:
+        rows = read_tsv(Path(run_dir) / "summaries.tsv", count)
+        return [
+            Example(shorten(r["document"]), shorten(r["reference"]),
+                    shorten(r["summary"]))
+            for r in rows
+        ]  # fmt: skip

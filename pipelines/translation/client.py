@@ -11,10 +11,14 @@ import numpy as np
 from pipelines.core.baselines import in_brief
 from pipelines.core.client import (
     Client,
+    Example,
     add_beam_widths,
     add_search_arguments,
+    decoded_column,
     options_signature,
+    read_tsv,
     search_feed,
+    shorten,
 )
 
 
@@ -74,3 +78,21 @@ class TranslationClient(Client):
 
     def demo_notes(self, run_dir) -> list[str]:
         return [f"heatmap {Path(run_dir) / 'alignment.png'}"]
+
+    def demo_examples(self, run_dir, count) -> list[Example]:
+        rows = read_tsv(Path(run_dir) / "translations.tsv", count)
+        return [
+            Example(shorten(r["source"]), shorten(r["reference"]), shorten(
+                decoded_column(r, ("source", "reference"))))
+            for r in rows
+        ]  # fmt: skip
+
+    def demo_facts(self, config) -> list[str]:
+        if config.data.source.split(":", 1)[0] != "dates":
+            return []
+        from pipelines.translation.dates import FIRST_DATE, LAST_DATE
+
+        return [
+            f"trained on dates from {FIRST_DATE.year} to {LAST_DATE.year}: a year "
+            "outside that range comes out wrong"
+        ]

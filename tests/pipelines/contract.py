@@ -30,6 +30,8 @@ TINY = [
     "train.epochs=2",
     "--set",
     "train.strategy=default",
+    "--set",
+    "train.attention_budget=100",  # every epoch drawn: the images are checked
 ]
 
 

@@ -983,33 +983,3 @@ def test_next_version_passes_files_named_as_versions(tmp_path):
     (tmp_path / "1").mkdir()
     (tmp_path / "2").write_text("not a version, but a rename onto it would fail")
     assert next_version(tmp_path) == 3
-
-
-def test_attention_images_keep_within_their_budget(tmp_path, monkeypatch):
-    """Drawing takes 1 s and an epoch 10 s: held to 5% of the training time,
-    every other epoch is drawn after the first; the last always is, and the
-    images are read back from the event files at the epochs drawn."""
-    import tensorflow as tf
-
-    from pipelines.core import attention_board
-    from pipelines.core.attention_board import AttentionImages, read_images
-
-    clock = [0.0]
-    monkeypatch.setattr(attention_board.time, "perf_counter", lambda: clock[0])
-
-    def draw(folder):
-        clock[0] += 1.0
-        path = folder / "picture.png"
-        grey = tf.fill([4, 6, 3], tf.constant(200, tf.uint8))
-        path.write_bytes(tf.io.encode_png(grey).numpy())
-        return [path]
-
-    images = AttentionImages(draw, tmp_path, budget=0.05)
-    images.on_train_begin()
-    for epoch in range(6):
-        clock[0] += 10.0
-        images.on_epoch_end(epoch)
-    images.on_train_end()
-    steps = sorted(step for _, step, _ in read_images(tmp_path / "attention"))
-    assert steps == [0, 1, 3, 5], steps
-    assert images.report().startswith("Attention images for TensorBoard: 4 of 6")

@@ -197,4 +197,23 @@ def test_ding_real_file():
 def test_summarize(bible):
     text = summarize(split_pairs(bible[:500], 0.1, 0.1))
     assert "train:" in text and "valid:" in text and "test:" in text
-    assert "vocabulary" in text and "median" in text
+    assert "train target words:" in text and "distinct" in text and "median" in text
+
+
+def test_summarize_counts_what_a_character_model_reads():
+    """A character model's report counts characters, not the whitespace
+    words (every distinct date a 'word') that read as a vocabulary."""
+    dates = [(f"{d} march 1987", f"1987-03-{d:02d}") for d in range(1, 29)]
+    splits = split_pairs(dates, 0.1, 0.1)
+    chars = summarize(splits, unit="char")
+    target = {c for _, t in splits.train for c in t}
+    assert (
+        "train target characters: mean 10.0, median 10, p95 10, max 10; "
+        f"{len(target)} distinct" in chars
+    )
+    assert len(target) <= 11  # digits and "-"
+    words = summarize(splits)
+    assert (
+        "train target words: mean 1.0, median 1, p95 1, max 1; "
+        f"{len(splits.train)} distinct" in words
+    )

@@ -208,6 +208,12 @@ def test_data_summary_counts_what_was_dropped_and_cut(tmp_path):
     summary = TASK.summary(data, tokenizers, config)
     cut = sum(len(s) > 9 for s, _ in data.train + data.valid + data.test)
     assert f"cut {cut} sources longer than 9 tokens" in summary and cut > 0
+    # a character model: its data counted in characters, as it reads them
+    targets = {c for _, t in data.train for c in t}
+    assert (
+        "train target characters: mean 10.0, median 10, p95 10, max 10; "
+        f"{len(targets)} distinct" in summary
+    )
 
 
 def test_help_lists_the_tasks_and_every_verb(capsys):
