@@ -37,10 +37,11 @@ class TransformerDecoderBlock(_Block):
     `TransformerEncoderBlock`.
 
     Args:
-        num_heads, intermediate_dim, key_dim, dropout, activation,
-            layer_norm_epsilon, norm_first, kernel_initializer,
-            bias_initializer, attention_implementation, seed, rotary,
-            **kwargs: as in `TransformerEncoderBlock`.
+        num_heads: as in `TransformerEncoderBlock`, and so are
+            ``intermediate_dim``, ``key_dim``, ``dropout``, ``activation``,
+            ``layer_norm_epsilon``, ``norm_first``, ``kernel_initializer``,
+            ``bias_initializer``, ``attention_implementation``, ``seed``,
+            ``rotary`` and ``**kwargs``.
 
     Call arguments:
         decoder_sequence: ``[B, T, hidden_dim]``, the target-side inputs.

@@ -2,9 +2,8 @@
 
 Each task's ``evaluate`` scores, with the metrics and on the examples it
 scores its model with, answers any reader could write without one: copying
-the source (translation), the first sentence of the document (lead-1,
-summarization), the most common answer or caption of the **training** split
-(question answering, captioning). ``metrics.json`` holds them under
+the source, the first sentence of the document (lead-1), the most common
+answer or caption of the **training** split. ``metrics.json`` holds them under
 ``baselines``, one entry per baseline, ``{"what": <one line>, <metric>:
 <value>, ...}``; `table` prints them beside the model's scores, and
 `in_brief` in the one line that ends ``demo``.

@@ -54,7 +54,7 @@ class Client(abc.ABC):
 
     def demo_facts(self, config) -> list[str]:
         """What the demo's model was trained to know, said beside its examples
-        (e.g. the range of dates it saw)."""
+        (e.g. the range of values its data covered)."""
         return []
 
 
