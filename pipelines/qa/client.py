@@ -1,7 +1,7 @@
 """The qa task's command line: ``predict`` (or ``answer``) reads a story
-ending in its question, prints the answer with its probability and, per hop,
-the sentence the memory attended to most, and can plot the first story's
-attention."""
+ending in its question, prints the answer with its probability and the
+sentence each hop (or decoding step) attended to most, and can plot the first
+story's attention."""
 
 from __future__ import annotations
 
