@@ -2,7 +2,10 @@
 
 `pipelines.cli` runs the verbs; each task's `Client` (``pipelines/<task>/
 client.py``, the task's ``client``) adds the options of ``evaluate`` and
-``predict``, prints what an export returns, and says what ``demo`` adds.
+``predict``, prints what an export returns, and says what ``demo`` adds:
+the plot it draws and the predictions file it shows (class attributes), one
+example per row (``demo_example``). `SearchClient` serves the tasks whose
+export decodes with a beam search.
 ``predict`` runs where only TensorFlow and tensorflow-text are installed, as
 any client of a SavedModel: a client's module imports neither Keras nor this
 library.
