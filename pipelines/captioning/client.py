@@ -1,33 +1,25 @@
-"""The captioning task's command-line side: its options, and how ``predict``
-prints the export's answers."""
+"""The captioning task's command line: ``evaluate`` scores the beam widths
+asked for, on the test scans or (``--robustness``) on layouts the generator
+never makes; ``predict`` (or ``caption``) reads image files, prints each
+caption with its score and can draw the first image's attention."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-import numpy as np
-
-from pipelines.core.baselines import in_brief
-from pipelines.core.client import (
-    Client,
-    Example,
-    add_beam_widths,
-    add_search_arguments,
-    decoded_column,
-    options_signature,
-    read_tsv,
-    search_feed,
-)
+from pipelines.core.client import Example, SearchClient, decoded_column
 from pipelines.core.errors import PipelineError
 
 
-class CaptioningClient(Client):
+class CaptioningClient(SearchClient):
     predict_aliases = ("caption",)
+    demo_plot, demo_plot_name = "attention.png", "attention plot"
+    predictions_file = "captions.tsv"
 
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_beam_widths(parser)
-        parser.add_argument("--plots", type=int, default=3, help="attention plots")
+        super().add_evaluate_arguments(parser)
+        self.add_plot_count(parser, "attention plots", "--plots")
         parser.add_argument(
             "--robustness", action="store_true",
             help="also score the test scans laid out in ways the training "
@@ -42,20 +34,18 @@ class CaptioningClient(Client):
             "in the word's box)"
             if "localisation" in best else ""
         )  # fmt: skip
-        return (
-            f"BLEU-4 {best['bleu']:.2f}, exact match {best['exact_match']:.2%}"
-            f"{where} on the {metrics['split']} split"
-            + in_brief(metrics, [("BLEU-4", "bleu", ".2f"),
-                                 ("exact match", "exact_match", ".2%")])
-        )  # fmt: skip
+        return self.summary_line(
+            metrics,
+            f"BLEU-4 {best['bleu']:.2f}, exact match {best['exact_match']:.2%}{where}",
+            [("BLEU-4", "bleu", ".2f"), ("exact match", "exact_match", ".2%")],
+        )
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_search_arguments(parser)
+        super().add_predict_arguments(parser)
         parser.add_argument("--plot", help="write the first image's attention here")
 
     def predict(self, export_dir, inputs, args) -> None:
         from pipelines.core.files import read_file
-        from pipelines.core.serving import call_export
 
         images = []
         for path in inputs:
@@ -63,13 +53,11 @@ class CaptioningClient(Client):
                 images.append(read_file(path, "an image file (PNG or JPEG)"))
             except OSError as error:
                 raise PipelineError(f"predict: cannot read {path}: {error}") from None
-        options = search_feed(args)
-        feed = {"image": np.array(images, dtype=object), **options}
-        out = call_export(export_dir, feed, options_signature(options))
+        out = self.search(export_dir, "image", images, args)
         for path, caption, score in zip(
             inputs, out["caption"], out["score"], strict=True
         ):
-            print(f"{path}\n  -> {caption.decode('utf-8')}   (score {score:.3f})")
+            self.print_answer(path, caption, f"score {score:.3f}")
         if getattr(args, "plot", None):
             import tensorflow as tf
 
@@ -82,19 +70,6 @@ class CaptioningClient(Client):
             )  # fmt: skip
             print(f"Attention over the image: {path}")
 
-    def demo_arguments(self, run_dir) -> list[str]:
-        return ["--plot", str(Path(run_dir) / "attention.png")]
-
-    def demo_notes(self, run_dir) -> list[str]:
-        return [f"attention plot {Path(run_dir) / 'attention.png'}"]
-
-    def demo_examples(self, run_dir, count) -> list[Example]:
-        rows = read_tsv(Path(run_dir) / "captions.tsv", count)
-        return [
-            Example(
-                f"image {r['image']}",
-                r["references"],
-                decoded_column(r, ("image", "references")),
-            )
-            for r in rows
-        ]
+    def demo_example(self, row) -> Example:
+        decoded = decoded_column(row, ("image", "references"))
+        return Example(f"image {row['image']}", row["references"], decoded)

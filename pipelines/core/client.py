@@ -2,7 +2,10 @@
 
 `pipelines.cli` runs the verbs; each task's `Client` (``pipelines/<task>/
 client.py``, the task's ``client``) adds the options of ``evaluate`` and
-``predict``, prints what an export returns, and says what ``demo`` adds.
+``predict``, prints what an export returns, and says what ``demo`` adds:
+the plot it draws and the predictions file it shows (class attributes), one
+example per row (``demo_example``). `SearchClient` serves the tasks whose
+export decodes with a beam search.
 ``predict`` runs where only TensorFlow and tensorflow-text are installed, as
 any client of a SavedModel: a client's module imports neither Keras nor this
 library.
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+
+from pipelines.core.baselines import in_brief
 
 
 class Client(abc.ABC):
@@ -35,13 +40,24 @@ class Client(abc.ABC):
     def predict(self, export_dir: Path, inputs: list[str], args) -> None:
         """Call the export (TensorFlow and tensorflow-text only) and print."""
 
+    # The plot ``demo`` has ``predict`` draw in the run folder (its file name)
+    # and what the last line of ``demo`` calls it; none where empty.
+    demo_plot: str = ""
+    demo_plot_name: str = "plot"
+    # The predictions file ``evaluate`` writes in the run folder (CSV quoting
+    # where ``predictions_quoted``), whose first rows ``demo`` shows.
+    predictions_file: str = ""
+    predictions_quoted: bool = False
+
     def demo_arguments(self, run_dir: Path) -> list[str]:
-        """Extra ``predict`` arguments of ``demo`` (e.g. where to draw a plot)."""
-        return []
+        """Extra ``predict`` arguments of ``demo`` (where to draw the plot)."""
+        return ["--plot", str(Path(run_dir) / self.demo_plot)] if self.demo_plot else []
 
     def demo_notes(self, run_dir: Path) -> list[str]:
-        """Extra items for the last line of ``demo`` (e.g. the plot's path)."""
-        return []
+        """Extra items for the last line of ``demo`` (the plot's path)."""
+        if not self.demo_plot:
+            return []
+        return [f"{self.demo_plot_name} {Path(run_dir) / self.demo_plot}"]
 
     def evaluation_summary(self, metrics: dict) -> str:
         """One line of ``evaluate``'s metrics for the end of ``demo``."""
@@ -50,12 +66,123 @@ class Client(abc.ABC):
     def demo_examples(self, run_dir: Path, count: int) -> list[Example]:
         """The first ``count`` examples ``evaluate`` wrote to the run folder
         (its predictions file), for ``demo`` to show."""
-        return []
+        if not self.predictions_file:
+            return []
+        path = Path(run_dir) / self.predictions_file
+        rows = read_tsv(path, count, quoted=self.predictions_quoted)
+        return [self.demo_example(row) for row in rows]
+
+    def demo_example(self, row: dict[str, str]) -> Example:
+        """One row of the predictions file as ``demo`` shows it."""
+        raise NotImplementedError(f"{type(self).__name__} names no demo_example")
 
     def demo_facts(self, config) -> list[str]:
         """What the demo's model was trained to know, said beside its examples
         (e.g. the range of values its data covered)."""
         return []
+
+    @staticmethod
+    def add_plot_count(parser: argparse.ArgumentParser, what: str, flag="--heatmaps"):
+        """``evaluate``'s option of how many examples to plot (three by
+        default), ``what`` its help."""
+        parser.add_argument(flag, type=int, default=3, help=what)
+
+    @staticmethod
+    def summary_line(
+        metrics: dict, headline: str, brief: list[tuple[str, str, str]], extra=""
+    ) -> str:
+        """`evaluation_summary`'s line: ``headline`` on the split evaluated,
+        the baselines' ``brief`` figures (`in_brief`), then ``extra``.
+
+        >>> Client.summary_line({"split": "test"}, "accuracy 90.0%", [], "; 3 hops")
+        'accuracy 90.0% on the test split; 3 hops'
+        """
+        split = metrics["split"]
+        return f"{headline} on the {split} split" + in_brief(metrics, brief) + extra
+
+    @staticmethod
+    def call_pairs(
+        export_dir: Path, pairs: list[tuple[str, str]], names: tuple[str, str]
+    ):
+        """The export's answers to ``pairs`` of texts (e.g. a passage and a
+        question), each pair's items fed to the inputs ``names``."""
+        from pipelines.core.serving import call_export
+
+        feed = {
+            name: np.array([pair[k] for pair in pairs], dtype=object)
+            for k, name in enumerate(names)
+        }
+        return call_export(export_dir, feed)
+
+    @staticmethod
+    def print_answer(given: str, answer: bytes, details: str) -> None:
+        """One of ``predict``'s answers: the input, under it the export's
+        answer and, in a parenthesis, ``details`` (its score ...).
+
+        >>> Client.print_answer("Where is Mary?", b"garden", "probability 0.900")
+        Where is Mary?
+          -> garden   (probability 0.900)
+        """
+        print(f"{given}\n  -> {answer.decode('utf-8')}   ({details})")
+
+
+class SearchClient(Client):
+    """The side of a task whose export decodes with a search: ``evaluate``
+    scores beam widths (`add_beam_widths`), ``predict`` takes the search
+    options (`add_search_arguments`) and sends them."""
+
+    def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_beam_widths(parser)
+
+    def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_search_arguments(parser)
+
+    def search(
+        self,
+        export_dir: Path,
+        name: str,
+        values: list,
+        args,
+        options: dict | None = None,
+    ) -> dict:
+        """The export's answers to ``values`` (its input ``name``), with the
+        command line's search options (`search_feed`) and ``options``."""
+        from pipelines.core.serving import call_export
+
+        options = {**search_feed(args), **(options or {})}
+        feed = {name: np.array(values, dtype=object), **options}
+        return call_export(export_dir, feed, options_signature(options))
+
+    @staticmethod
+    def truncation_notes(out: dict, padding: bytes, unit: str) -> list[str]:
+        """Per input of the export's answers, a note where it read only the
+        start of the input (its ``truncated`` output; ``source_tokens`` other
+        than ``padding``, counted in ``unit``), else "".
+
+        >>> out = {"source_tokens": np.array([[b"a", b"b", b""], [b"c", b"", b""]]),
+        ...        "truncated": np.array([True, False])}
+        >>> SearchClient.truncation_notes(out, b"", "words")
+        ['; read the first 2 words only', '']
+        """
+        tokens = out["source_tokens"]
+        cut = out.get("truncated", np.zeros(len(tokens), bool))
+        read = (tokens != padding).sum(1)
+        return [
+            f"; read the first {n} {unit} only" if truncated else ""
+            for truncated, n in zip(cut, read, strict=True)
+        ]
+
+    @staticmethod
+    def plot_alignment(out: dict, target: str, weights: str, path, label: str, **kw):
+        """Draw the first answer's ``weights`` over its ``source_tokens`` and
+        ``target`` tokens (`alignment_heatmap`, with its options ``kw``) at
+        ``path`` and say where, after ``label``."""
+        from pipelines.core.plots import alignment_heatmap
+
+        path = alignment_heatmap(
+            out["source_tokens"][0], out[target][0], out[weights][0], path, **kw
+        )
+        print(f"{label}: {path}")
 
 
 class Example(NamedTuple):

@@ -1,35 +1,35 @@
-"""The extractive task's command-line side: its options, and how ``predict``
-prints the export's answers."""
+"""The extractive task's command line: ``predict`` (or ``answer``) reads a
+passage then its question, prints the answer's span with its probability and
+can box the first answer in its passage."""
 
 from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
 import numpy as np
 
-from pipelines.core.baselines import in_brief
-from pipelines.core.client import Client, Example, read_tsv
+from pipelines.core.client import Client, Example
 from pipelines.core.errors import PipelineError
 
 
 class ExtractiveClient(Client):
     predict_aliases = ("answer",)
+    demo_plot, demo_plot_name = "span.png", "span plot"
+    predictions_file, predictions_quoted = "answers.tsv", True
 
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--heatmaps", type=int, default=3, help="span plots")
+        self.add_plot_count(parser, "span plots")
 
     def evaluation_summary(self, metrics: dict) -> str:
         held = metrics.get("by_phrasing", {}).get("held_out")
         extra = f"; held-out phrasings F1 {held['f1']:.1f}" if held else ""
-        return (
-            f"exact match {metrics['exact_match']:.1f}, F1 {metrics['f1']:.1f} on "
-            f"the {metrics['split']} split"
-            + in_brief(metrics, [("exact match", "exact_match", ".1f"),
-                                 ("F1", "f1", ".1f")])
-            + extra
-        )  # fmt: skip
+        return self.summary_line(
+            metrics,
+            f"exact match {metrics['exact_match']:.1f}, F1 {metrics['f1']:.1f}",
+            [("exact match", "exact_match", ".1f"), ("F1", "f1", ".1f")],
+            extra,
+        )
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--plot", help="write the first answer's span plot here")
@@ -37,16 +37,8 @@ class ExtractiveClient(Client):
     def predict(self, export_dir, inputs, args) -> None:
         import tensorflow_text  # noqa: F401  registers RegexSplitWithOffsets
 
-        from pipelines.core.serving import call_export
-
         pairs = [split_input(text) for text in inputs]
-        out = call_export(
-            export_dir,
-            {
-                "context": np.array([c for c, _ in pairs], dtype=object),
-                "question": np.array([q for _, q in pairs], dtype=object),
-            },
-        )
+        out = self.call_pairs(export_dir, pairs, ("context", "question"))
         passage = None
         for (context, question), answer, start, end, score in zip(
             pairs, out["answer"], out["start"], out["end"], out["score"], strict=True
@@ -60,15 +52,8 @@ class ExtractiveClient(Client):
         if getattr(args, "plot", None):
             self._plot(export_dir, pairs[0], out, args.plot)
 
-    def demo_arguments(self, run_dir) -> list[str]:
-        return ["--plot", str(Path(run_dir) / "span.png")]
-
-    def demo_notes(self, run_dir) -> list[str]:
-        return [f"span plot {Path(run_dir) / 'span.png'}"]
-
-    def demo_examples(self, run_dir, count) -> list[Example]:
-        rows = read_tsv(Path(run_dir) / "answers.tsv", count, quoted=True)
-        return [Example(r["question"], r["gold"], r["prediction"]) for r in rows]
+    def demo_example(self, row) -> Example:
+        return Example(row["question"], row["gold"], row["prediction"])
 
     @staticmethod
     def _plot(export_dir, pair, out, path) -> None:

@@ -1,27 +1,21 @@
-"""The summarization task's command-line side: its options, and how ``predict``
-prints the export's answers."""
+"""The summarization task's command line: ``evaluate`` scores one decoding,
+on the run's split or another corpus; ``predict`` (or ``summarize``) prints
+each summary with its score and mean copy probability (p_gen), and can draw
+the first text's attention with p_gen beside it."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
-from pipelines.core.baselines import in_brief
-from pipelines.core.client import (
-    Client,
-    Example,
-    add_search_arguments,
-    options_signature,
-    read_tsv,
-    search_feed,
-    shorten,
-)
+from pipelines.core.client import Example, SearchClient, shorten
 
 
-class SummarizationClient(Client):
+class SummarizationClient(SearchClient):
     predict_aliases = ("summarize",)
+    demo_plot, demo_plot_name = "attention.png", "heatmap"
+    predictions_file = "summaries.tsv"
 
     def add_evaluate_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -30,7 +24,7 @@ class SummarizationClient(Client):
         parser.add_argument(
             "--min-length", type=int, help="fewest summary tokens before [END]"
         )
-        parser.add_argument("--heatmaps", type=int, default=3, help="attention plots")
+        self.add_plot_count(parser, "attention plots")
         parser.add_argument(
             "--corpus",
             help="score every pair of another corpus instead (a data.source "
@@ -38,65 +32,43 @@ class SummarizationClient(Client):
         )
 
     def evaluation_summary(self, metrics: dict) -> str:
-        return (
+        return self.summary_line(
+            metrics,
             f"ROUGE-1/2/L {metrics['rouge1']:.1f}/{metrics['rouge2']:.1f}/"
-            f"{metrics['rougeL']:.1f}, OOV copied {metrics['oov_copied']:.0%} on "
-            f"the {metrics['split']} split"
-            + in_brief(metrics, [("ROUGE-1", "rouge1", ".1f"),
-                                 ("ROUGE-2", "rouge2", ".1f"),
-                                 ("ROUGE-L", "rougeL", ".1f")])
+            f"{metrics['rougeL']:.1f}, OOV copied {metrics['oov_copied']:.0%}",
+            [("ROUGE-1", "rouge1", ".1f"), ("ROUGE-2", "rouge2", ".1f"),
+             ("ROUGE-L", "rougeL", ".1f")],
         )  # fmt: skip
 
     def add_predict_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_search_arguments(parser)
+        super().add_predict_arguments(parser)
         parser.add_argument("--min-length", type=int, help="fewest summary tokens")
         parser.add_argument("--plot", help="write the first text's attention here")
 
     def predict(self, export_dir, inputs, args) -> None:
         import tensorflow_text  # noqa: F401  registers the tokenizer ops
 
-        from pipelines.core.serving import call_export
-
-        options = search_feed(args)
-        if args.min_length is not None:
-            options["min_length"] = np.int32(args.min_length)
-        feed = {"text": np.array(inputs, dtype=object), **options}
-        out = call_export(export_dir, feed, options_signature(options))
-        cut = out.get("truncated", np.zeros(len(inputs), bool))
-        for text, summary, score, p_gen, length, truncated, read in zip(
+        least = args.min_length
+        options = {} if least is None else {"min_length": np.int32(least)}
+        out = self.search(export_dir, "text", inputs, args, options)
+        for text, summary, score, p_gen, length, note in zip(
             inputs, out["summary"], out["score"], out["p_gen"], out["length"],
-            cut, (out["source_tokens"] != b"").sum(1), strict=True,
+            self.truncation_notes(out, b"", "words"), strict=True,
         ):  # fmt: skip
             mean = float(p_gen.sum() / length) if length else 0.0
-            note = f"; read the first {read} words only" if truncated else ""
-            print(
-                f"{text}\n  -> {summary.decode('utf-8')}   (score {score:.3f}, "
-                f"mean p_gen {mean:.2f}{note})"
+            self.print_answer(
+                text, summary, f"score {score:.3f}, mean p_gen {mean:.2f}{note}"
             )
         if args.plot:
-            from pipelines.core.plots import alignment_heatmap
-
             first = out["summary"][0].decode("utf-8")
-            path = alignment_heatmap(
-                out["source_tokens"][0],
-                out["summary_tokens"][0],
-                out["attention"][0],
-                args.plot,
+            self.plot_alignment(
+                out, "summary_tokens", "attention", args.plot,
+                "Attention heatmap with p_gen",
                 title=f"{inputs[0][:50]!r}... -> {first[:60]!r}",
                 p_gen=out["p_gen"][0],
-            )
-            print(f"Attention heatmap with p_gen: {path}")
+            )  # fmt: skip
 
-    def demo_arguments(self, run_dir) -> list[str]:
-        return ["--plot", str(Path(run_dir) / "attention.png")]
-
-    def demo_notes(self, run_dir) -> list[str]:
-        return [f"heatmap {Path(run_dir) / 'attention.png'}"]
-
-    def demo_examples(self, run_dir, count) -> list[Example]:
-        rows = read_tsv(Path(run_dir) / "summaries.tsv", count)
-        return [
-            Example(shorten(r["document"]), shorten(r["reference"]),
-                    shorten(r["summary"]))
-            for r in rows
-        ]  # fmt: skip
+    def demo_example(self, row) -> Example:
+        return Example(
+            shorten(row["document"]), shorten(row["reference"]), shorten(row["summary"])
+        )
