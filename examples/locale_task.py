@@ -182,7 +182,8 @@ def _serving_module_class():
 
 class LocaleClient(Client):
     def evaluation_summary(self, metrics) -> str:
-        return f"accuracy {metrics['accuracy']:.2%} on the {metrics['split']} split"
+        accuracy = f"accuracy {metrics['accuracy']:.2%}"
+        return self.summary_line(metrics, accuracy, [("accuracy", "accuracy", ".2%")])
 
     def predict(self, export_dir, inputs, args: argparse.Namespace) -> None:
         from pipelines.core.serving import call_export
@@ -345,6 +346,7 @@ class LocaleTask(Task):
     def evaluate(self, run, model, preprocessors, config, examples, args) -> dict:
         import tensorflow as tf
 
+        from pipelines.core.baselines import most_common, table
         from pipelines.core.metrics import score
         from pipelines.core.plots import alignment_heatmap
         from pipelines.core.run_dir import write_text
@@ -358,6 +360,16 @@ class LocaleTask(Task):
         metrics = {"split": args.split, "run": config.name}
         metrics.update(score(["exact_match"], predicted, truth))
         metrics["accuracy"] = metrics.pop("exact_match")
+        # The trivial baseline, on the same examples: the training split's
+        # most common locale for every date.
+        common = most_common(label for _, label in self.load_data(config).train)
+        guessed = score(["exact_match"], [common] * len(truth), truth)
+        metrics["baselines"] = {
+            "most_common_locale": {
+                "what": f"the training split's most common locale ({common!r})",
+                "accuracy": guessed["exact_match"],
+            }
+        }
         rows = ["text\tlabel\tpredicted"]
         rows += [
             f"{t}\t{y}\t{p}" for t, y, p in zip(texts, truth, predicted, strict=True)
@@ -371,7 +383,11 @@ class LocaleTask(Task):
                 run / "plots" / f"attention_{i}.png",
                 title=f"{texts[i]!r} -> {predicted[i]}",
             )
-        print(f"accuracy {metrics['accuracy']:.2%} on {len(texts)} {args.split} dates")
+        score_rows = [("accuracy", "accuracy", ".2%")]
+        print(
+            f"Scores on the {len(texts)} {args.split} dates, beside a trivial "
+            "baseline:\n" + table({"model": metrics}, metrics["baselines"], score_rows)
+        )
         return metrics
 
     def serving_module(self, model, preprocessors, config):
