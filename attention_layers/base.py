@@ -156,11 +156,12 @@ _KERAS_OBJECTS = (
 
 def config_entries(layer, names):
     """``{name: layer.<name>}`` for a ``get_config``, with initializers,
-    regularizers and constraints serialized."""
+    regularizers and constraints serialized (plain functions too, which
+    ``keras.regularizers.get`` and ``keras.constraints.get`` keep as given)."""
     entries = {}
     for name in names:
         value = getattr(layer, name)
-        if isinstance(value, _KERAS_OBJECTS):
+        if isinstance(value, _KERAS_OBJECTS) or callable(value):
             value = keras.saving.serialize_keras_object(value)
         entries[name] = value
     return entries

@@ -192,7 +192,7 @@ def call_over_axes(
     key_mask, attention_mask, return_attention_scores, training, use_causal_mask,
     cache,
 ):  # fmt: skip
-    """A call on higher-rank inputs (`attention_layers.attention_axes`):
+    """A call on higher-rank inputs (`attention_layers.ops.attention_axes`):
     flattened to rank 3, given to ``attention_call`` (the layer's rank-3
     call), put back."""
     if cache is not None or layer.rotary is not None:

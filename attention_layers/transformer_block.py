@@ -11,7 +11,8 @@ import keras
 
 from attention_layers.base import check_positive_int, static_shape
 from attention_layers.base import input_error as _input_error
-from attention_layers.multi_head import MultiHeadAttention, rotary_config
+from attention_layers.multi_head import MultiHeadAttention
+from attention_layers.multi_head_inputs import rotary_config
 
 
 class _Block(keras.layers.Layer):

@@ -52,22 +52,24 @@ def test_split_modules_keep_their_import_paths():
     """Classes moved to modules of their own stay importable from the old ones."""
     import importlib
 
+    import keras
+
     moved = {
         "attention_layers.transformer": [
             "TransformerDecoderBlock",
             "TransformerEncoderBlock",
         ],
         "attention_layers.recurrent": ["AttentionDecoder", "AttentionRNNCell"],
-        "attention_layers.memory": [
-            "MemoryNetwork",
-            "position_encoding",
-            "temporal_weights",
-        ],
     }
     for module, names in moved.items():
         for name in names:
             found = getattr(importlib.import_module(module), name)
-            assert found is getattr(attention_layers, name, found), (module, name)
+            assert found is getattr(attention_layers, name), (module, name)
+            registered = f"attention_layers>{name}"
+            assert keras.saving.get_registered_object(registered) is found, name
+    memory = importlib.import_module("attention_layers.memory")
+    assert memory.MemoryNetwork is attention_layers.MemoryNetwork
+    assert callable(memory.position_encoding) and callable(memory.temporal_weights)
 
 
 def test_no_tensorflow_only_imports():

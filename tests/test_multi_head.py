@@ -495,6 +495,27 @@ def test_config_round_trip_keeps_every_argument():
     assert clone.get_config() == config
 
 
+def _l2_penalty(x):
+    return 0.01 * keras.ops.sum(keras.ops.square(x))
+
+
+def test_config_serializes_plain_function_regularizers_and_constraints():
+    """Keras keeps a plain function given as a regularizer or constraint as
+    it is; the config holds its serialized form, so a model saves to JSON."""
+    import json
+
+    layer = al.MultiHeadAttention(
+        num_heads=2,
+        key_dim=4,
+        kernel_regularizer=_l2_penalty,
+        kernel_constraint=keras.constraints.NonNeg(),
+    )
+    config = layer.get_config()
+    assert isinstance(config["kernel_regularizer"], dict)
+    assert config["kernel_regularizer"] == keras.regularizers.serialize(_l2_penalty)
+    json.dumps(config)
+
+
 def test_bad_arguments_raise_clear_errors():
     cls = al.MultiHeadAttention
     for kwargs, argument in [

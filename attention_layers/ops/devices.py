@@ -1,8 +1,7 @@
-"""Where the layers run: the device query that picks each layer's evaluation.
+"""Where the layers run: the device query behind the kernels' choice.
 
-A layer whose best evaluation differs between a CPU and an accelerator (the
-additive score's blocks, multi-head attention's kernels) asks `platform()`
-once per trace. Tests substitute it (``monkeypatch.setattr(devices,
+The kernels' choice of evaluation (`attention.choose`, the additive score's
+`choose_implementation`), never a layer, asks `platform()` once per trace. Tests substitute it (``monkeypatch.setattr(devices,
 "platform", lambda: "gpu")``) to check the accelerator choices on a CPU.
 """
 

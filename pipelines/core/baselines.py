@@ -72,21 +72,26 @@ def table(
     columns = [(name, scores) for name, scores in models.items()]
     columns += [(label(name), entry) for name, entry in baselines.items()]
     first = max(len("metric"), *(len(heading) for heading, _, _ in rows))
+    body = [
+        [heading] + [
+            "-" if scores.get(key) is None else format(scores[key], spec)
+            for _, scores in columns
+        ]
+        for heading, key, spec in rows
+    ]  # fmt: skip
+    widths = [
+        max(len(name), *(len(cells[k + 1]) for cells in body))
+        for k, (name, _) in enumerate(columns)
+    ]
 
     def line(cells: list[str]) -> str:
-        widths = [max(len(name), 6) for name, _ in columns]
         parts = [f"{c:>{w}}" for c, w in zip(cells[1:], widths, strict=True)]
         split = len(models)
         model_part, baseline_part = "  ".join(parts[:split]), "  ".join(parts[split:])
         return f"  {cells[0]:<{first}} {model_part} | {baseline_part}".rstrip()
 
     lines = [line(["metric", *(name for name, _ in columns)])]
-    for heading, key, spec in rows:
-        cells = [heading]
-        for _, scores in columns:
-            value = scores.get(key)
-            cells.append("-" if value is None else format(value, spec))
-        lines.append(line(cells))
+    lines += [line(cells) for cells in body]
     lines += [f"  {label(name)}: {entry['what']}" for name, entry in baselines.items()]
     return "\n".join(lines)
 

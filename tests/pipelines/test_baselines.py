@@ -39,6 +39,21 @@ def test_table_puts_each_baseline_beside_the_models_score():
     assert bleu.rindex("3.00") + 4 == len(header)
 
 
+def test_table_columns_widen_for_values_longer_than_their_heading():
+    out = table(
+        {"greedy": {"exact_match": 1.0}, "beam4": {"exact_match": 1.0}},
+        {"copy_source": {"what": "the source", "exact_match": 0.0}},
+        [("exact match", "exact_match", ".2%")],
+    )
+    header, exact, _ = out.splitlines()
+    assert exact.split() == ["exact", "match", "100.00%", "100.00%", "|", "0.00%"]
+    # Each value ends under its heading, "100.00%" being wider than "beam4".
+    for name, value in (("greedy", "100.00%"), ("beam4", "100.00%")):
+        end = header.index(name) + len(name)
+        assert exact[end - len(value) : end] == value, (header, exact)
+    assert exact.index("|") == header.index("|")
+
+
 def test_in_brief_is_empty_without_baselines():
     rows = [("accuracy", "accuracy", ".1%")]
     assert in_brief({"accuracy": 0.9}, rows) == ""
