@@ -1,8 +1,9 @@
 """Where the layers run: the device query behind the kernels' choice.
 
 The kernels' choice of evaluation (`attention.choose`, the additive score's
-`choose_implementation`), never a layer, asks `platform()` once per trace. Tests substitute it (``monkeypatch.setattr(devices,
-"platform", lambda: "gpu")``) to check the accelerator choices on a CPU.
+`choose_implementation`), never a layer, asks `platform()` once per trace.
+Tests substitute it (``monkeypatch.setattr(devices, "platform", lambda:
+"gpu")``) to check the accelerator choices on a CPU.
 """
 
 import functools

@@ -18,7 +18,7 @@ class Masks(NamedTuple):
 
     query: object  # bool [B, Tq] or None
     kv: object  # bool [B or 1, Tk] or None
-    pair: object  # bool [B, Tq, Tk] (or [B, H, Tq, Tk] per head, not on the tiled path) or None
+    pair: object  # bool [B, Tq, Tk] or None ([B, H, Tq, Tk] per head: not tiled)
     causal_offset: object  # None, or int / scalar tensor: query i sits at offset + i
     window: object = None  # None, or w: query i sees keys |offset + i - j| < w
     window_offset: object = 0  # where the queries sit for the window
