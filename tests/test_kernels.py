@@ -67,6 +67,13 @@ def mask_case(kind, tq, tk):
         pair = np.random.default_rng(2).random((B, H, tq, tk)) > 0.3
     if kind == "window":
         window = 2
+    start = 0  # where the queries sit: past 0 for new tokens after a cache
+    if kind in ("cache_causal", "cache_causal_tensor", "cache_window"):
+        start, offset = 3, 3
+    if kind == "cache_causal_tensor":  # as in a traced decoding loop
+        offset = keras.ops.convert_to_tensor(3)
+    if kind == "cache_window":
+        window = 3
     dense = np.ones((B, 1, tq, tk), bool)
     if query is not None:
         dense &= query[:, None, :, None]
@@ -74,12 +81,12 @@ def mask_case(kind, tq, tk):
         dense &= kv[:, None, None, :]
     if pair is not None:
         dense = dense & (pair if pair.ndim == 4 else pair[:, None])
-    rows, cols = np.arange(tq)[:, None], np.arange(tk)[None, :]
+    rows, cols = start + np.arange(tq)[:, None], np.arange(tk)[None, :]
     if offset is not None:
         dense &= rows >= cols
     if window is not None:
         dense &= np.abs(rows - cols) < window
-    masks = Masks(tensor(query), tensor(kv), tensor(pair), offset, window)
+    masks = Masks(tensor(query), tensor(kv), tensor(pair), offset, window, start)
     return masks, dense
 
 
@@ -97,6 +104,10 @@ CASES = [
     ("pairwise", 3, 7),
     ("per_head", 3, 7),
     ("window", 5, 5),
+    # New tokens after a cache of 3: query i sits at 3 + i.
+    ("cache_causal", 2, 7),
+    ("cache_causal_tensor", 2, 7),
+    ("cache_window", 2, 7),
 ]
 CASE_IDS = [f"{kind}-{tq}x{tk}" for kind, tq, tk in CASES]
 
@@ -112,7 +123,7 @@ def served(impl, kind, tq):
     if impl.startswith("tiled") and kind == "per_head":
         return "attention_mask"
     # Pallas' kernel: equal lengths, no key, pairwise or window mask.
-    pallas_masks = ("none", "query_padding", "causal")
+    pallas_masks = ("none", "query_padding", "causal")  # offset 0 only
     if impl == "pallas" and (tq != 5 or kind not in pallas_masks):
         return "implementation"
     return None
